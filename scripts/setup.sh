@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create .venv and install genfeat with the CPU build of torch (never a CUDA build on a CPU machine).
+# Idempotent: a second call only checks that the environment is complete.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/pip install -q --upgrade pip
+  # torch first and pinned, so the project's torch range is already satisfied by the CPU wheel.
+  .venv/bin/pip install -q "torch==2.13.0"
+fi
+extras=${GENFEAT_EXTRAS:-test}
+.venv/bin/pip install -q -e ".[${extras}]"

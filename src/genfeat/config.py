@@ -1,0 +1,206 @@
+"""Typed dataclass configs with YAML as their serialisation.
+
+Configs are dataclasses whose fields carry docstrings and whose ``__post_init__`` checks values.
+:func:`from_dict` builds one from a mapping, checking every field name and type; an unknown
+field or a wrong type raises :class:`~genfeat.errors.ConfigError` naming the dotted path.
+:func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import yaml
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` and convert where it is lossless."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, path)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"config field '{path}' has value {value!r}, expected {_type_name(tp)}",
+                          f"set '{path}' to a value of type {_type_name(tp)}")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected one of {list(get_args(tp))}",
+                              f"set '{path}' to one of {list(get_args(tp))}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected a list",
+                              f"write '{path}' as a YAML list, e.g. [1, 2]")
+        args = get_args(tp)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise ConfigError(f"config field '{path}' needs {len(args)} items, got {len(value)}",
+                                  f"give '{path}' exactly {len(args)} items")
+            return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+        item = args[0] if args else Any
+        out = [_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected a mapping",
+                              f"write '{path}' as a YAML mapping")
+        _, vt = get_args(tp) or (Any, Any)
+        return {k: _coerce(v, vt, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"config section '{path}' has value {value!r}, expected a mapping",
+                              f"write '{path}' as a YAML mapping of its fields")
+        return from_dict(tp, value, path)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected a number",
+                              f"set '{path}' to a number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected an integer",
+                              f"set '{path}' to an integer")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected true or false",
+                              f"set '{path}' to true or false")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config field '{path}' has value {value!r}, expected a string",
+                              f"set '{path}' to a string")
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"config field '{path}' has value {value!r}, expected {_type_name(tp)}",
+                          f"set '{path}' to a {_type_name(tp)}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
+    """Build the dataclass ``cls`` from ``data``, checking names and types recursively.
+
+    Raises:
+        ConfigError: for an unknown field (with the closest known name), a wrong type, or a
+            value rejected by the class's ``__post_init__``.
+    """
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{path}.{key}" if path else key
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"did you mean '{(path + '.') if path else ''}{close[0]}'?" if close else \
+                f"known fields of {cls.__name__}: {', '.join(sorted(fields))}"
+            raise ConfigError(f"unknown config field '{dotted}'", hint)
+        kwargs[key] = _coerce(value, hints[key], dotted)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        where = f"section '{path}'" if path else cls.__name__
+        raise ConfigError(f"invalid config in {where}: {e}", "correct the value named above") from None
+
+
+def to_dict(cfg: Any) -> Any:
+    """The plain-data (YAML-ready) form of a config."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' does not exist", "pass the path of an existing YAML file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file '{path}' is not valid YAML ({str(e).splitlines()[0]})",
+                          "fix the YAML syntax") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' does not hold a mapping", "write the config as YAML key: value pairs")
+    return data
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """Parse ``['--train.lr', '3e-4', '--model.n_layer=4']`` into ``{'train.lr': 3e-4, ...}``.
+
+    Values are read as YAML scalars, so ``3e-4`` is a float, ``true`` a bool and ``[1, 2]`` a list.
+    """
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise ConfigError(f"unexpected argument '{arg}'", "write overrides as --section.field VALUE")
+        key = arg[2:]
+        if "=" in key:
+            key, raw = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ConfigError(f"override '{arg}' has no value", f"write {arg} VALUE")
+            raw = args[i + 1]
+            i += 2
+        try:
+            out[key] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key] = raw
+        if isinstance(raw, str) and out[key] is None and raw not in ("null", "~", ""):
+            out[key] = raw
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys of ``overrides`` into a copy of the nested mapping ``data``."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override '--{dotted}': '{part}' is a value, not a section",
+                                  "override a field inside a section, e.g. --train.lr")
+            node = child
+        node[parts[-1]] = value
+    return data

@@ -1,0 +1,33 @@
+"""User-facing errors.
+
+Every error a user can cause (missing data, bad config, checksum mismatch, incompatible
+checkpoint, malformed records) is raised as :class:`GenfeatError` with the cause and the fix.
+The CLI prints ``error: <cause>. fix: <fix>`` on one line and exits non-zero; ``--debug`` shows
+the traceback.
+"""
+
+
+class GenfeatError(Exception):
+    """An error with a cause the user can act on.
+
+    Args:
+        cause: what is wrong, naming the file, field or value.
+        fix: what the user should do about it.
+    """
+
+    def __init__(self, cause: str, fix: str = ""):
+        self.cause = cause
+        self.fix = fix
+        super().__init__(f"{cause}. fix: {fix}" if fix else cause)
+
+
+class ConfigError(GenfeatError):
+    """A config field that does not exist, has the wrong type or an invalid value."""
+
+
+class DataError(GenfeatError):
+    """Missing, corrupt or malformed data."""
+
+
+class CheckpointError(GenfeatError):
+    """A checkpoint that is missing, broken or of another architecture or vocabulary."""

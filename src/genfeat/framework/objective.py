@@ -1,0 +1,72 @@
+"""The one contract every loss in genfeat follows.
+
+Thesis §1.4: every method optimises a generative loss L_g on unlabeled data and/or a target loss
+L_t on labeled data. Both are :class:`Objective` s; an objective takes the model (or a container
+of models) and a batch and returns a :class:`LossOutput` holding the *sum* of per-item losses and
+the number of items, so that means, perplexity, bits per character and accuracy aggregate exactly
+across batches, accumulation steps and ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class LossOutput:
+    """What an objective returns.
+
+    Attributes:
+        loss_sum: scalar tensor, the sum of the per-item losses (differentiable when training).
+        count: number of items the sum runs over (tokens, examples, pairs); a positive number.
+        logs: extra figures to log, as sums over the same items (e.g. ``{"correct": 7.0}``)
+            or plain values; the trainer divides entries named in ``mean_logs`` by ``count``.
+    """
+
+    loss_sum: Tensor
+    count: int | float | Tensor
+    logs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> Tensor:
+        """Mean loss per item (the quantity gradients are taken of)."""
+        return self.loss_sum / max(float(self.count), 1.0)
+
+
+class Objective:
+    """Base class of generative and target objectives.
+
+    Subclasses implement :meth:`__call__`. An objective that carries state across batches
+    (Transformer-XL's memory) keeps it in ``self`` and exposes it through :meth:`state_dict`
+    / :meth:`load_state_dict` so a resumed run continues exactly.
+
+    Attributes:
+        name: short name used in logs (``lm``, ``cls``, ``context``...).
+    """
+
+    name: str = "objective"
+
+    def __call__(self, model: nn.Module, batch: Any) -> LossOutput:
+        raise NotImplementedError
+
+    def reset_state(self) -> None:
+        """Forget carried state (called at the start of a phase and of each evaluation)."""
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        if state:
+            raise ValueError(f"objective '{self.name}' carries no state but the checkpoint has {sorted(state)}")
+
+
+def sum_losses(outputs: list[tuple[LossOutput, float]]) -> Tensor:
+    """Weighted sum of mean losses, sum_i w_i · loss_sum_i / count_i (the joint objective)."""
+    total = torch.zeros(())
+    for out, weight in outputs:
+        total = total + weight * out.mean
+    return total

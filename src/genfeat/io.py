@@ -1,0 +1,68 @@
+"""Atomic file output: nothing is ever half-written.
+
+A writer goes to a temporary file in the destination directory, is flushed and fsynced, and
+then renamed over the destination (``os.replace`` is atomic on POSIX). A kill at any moment
+leaves either the old file or the new one, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success it is renamed onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory; on success it replaces ``path`` as a whole.
+
+    An existing ``path`` is moved aside first and removed only after the new directory is in
+    place, so a kill leaves a complete directory under ``path`` or under its backup name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        backup = path.with_name(f".{path.name}.old")
+        if backup.exists():
+            shutil.rmtree(backup)
+        if path.exists():
+            os.replace(path, backup)
+        os.replace(tmp, path)
+        if backup.exists():
+            shutil.rmtree(backup)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
