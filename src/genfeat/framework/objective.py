@@ -23,8 +23,8 @@ class LossOutput:
     Attributes:
         loss_sum: scalar tensor, the sum of the per-item losses (differentiable when training).
         count: number of items the sum runs over (tokens, examples, pairs); a positive number.
-        logs: extra figures to log, as sums over the same items (e.g. ``{"correct": 7.0}``)
-            or plain values; the trainer divides entries named in ``mean_logs`` by ``count``.
+        logs: extra figures as sums over the same items (e.g. ``{"correct": 7.0}``); the
+            trainer sums them across steps and ranks and reports each divided by the count.
     """
 
     loss_sum: Tensor

@@ -24,3 +24,81 @@ class Stream(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def shard(self, rank: int, world: int) -> None: ...
+
+
+class TensorStream:
+    """Endless minibatches over aligned tensors (examples on dim 0), reshuffled each epoch.
+
+    The order of epoch ``e`` is a permutation drawn from ``seed + e``, so the position
+    ``(epoch, index)`` alone restores the stream exactly. Under DDP every global batch of
+    ``batch_size`` examples is split into contiguous per-rank slices.
+
+    Args:
+        tensors: mapping name -> tensor with the same first dimension n.
+        batch_size: global batch size (default 32); the last partial batch of an epoch is dropped
+            when ``drop_last`` (default True), so every step sees ``batch_size`` examples.
+        shuffle: reshuffle every epoch (default True); False keeps the stored order.
+        seed: base seed of the shuffles (default 0).
+    Yields:
+        dict name -> tensor of shape [batch_size / world, ...].
+    """
+
+    def __init__(self, tensors: dict[str, Any], batch_size: int = 32, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = True):
+        import torch
+
+        sizes = {name: t.shape[0] for name, t in tensors.items()}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"tensors must share their first dimension, got {sizes}")
+        self.tensors = tensors
+        self.n = next(iter(sizes.values()))
+        if self.n == 0:
+            raise ValueError("TensorStream needs at least one example")
+        self.batch_size = min(batch_size, self.n) if not drop_last else batch_size
+        if drop_last and batch_size > self.n:
+            raise ValueError(f"batch_size {batch_size} is larger than the {self.n} examples")
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.index = 0
+        self.rank, self.world = 0, 1
+        self._torch = torch
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int):
+        torch = self._torch
+        if not self.shuffle:
+            return torch.arange(self.n)
+        g = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.n, generator=g)
+
+    def _batches_per_epoch(self) -> int:
+        full, rest = divmod(self.n, self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self.index >= self._batches_per_epoch():
+            self.epoch += 1
+            self.index = 0
+            self._order = self._permutation(self.epoch)
+        ids = self._order[self.index * self.batch_size:(self.index + 1) * self.batch_size]
+        self.index += 1
+        per_rank = len(ids) // self.world
+        ids = ids[self.rank * per_rank:(self.rank + 1) * per_rank]
+        return {name: t[ids] for name, t in self.tensors.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._order = self._permutation(self.epoch)
+
+    def shard(self, rank: int, world: int) -> None:
+        if self.batch_size % world:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+        self.rank, self.world = rank, world

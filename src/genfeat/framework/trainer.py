@@ -1,0 +1,391 @@
+"""The single training loop every method runs through.
+
+One :class:`Trainer` runs a schedule (a list of :class:`~genfeat.framework.schedule.Phase`):
+optimizers and learning-rate schedules per phase, gradient accumulation and clipping, bf16
+autocast on CPU and CUDA, seeding, a tqdm bar with loss and items/s, a JSONL metrics log
+(TensorBoard optional), periodic evaluation, early stopping on a validation metric, checkpoints
+that resume exactly, and torchrun/DDP.
+
+Loss normalisation: a step minimises ``sum_k w_k * loss_sum_k / count_k`` averaged over the
+accumulation micro-batches and (by DDP's gradient averaging) over ranks. With equal per-rank
+counts, which the LM streams guarantee, this is the mean over the global batch, so a run on
+``world`` ranks with per-rank batch B/world follows a single-process run with batch B.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from ..errors import CheckpointError, ConfigError
+from .checkpoint import load_trainer_state, load_weights, rng_state, save_checkpoint, set_rng_state
+from .distributed import DistInfo, all_reduce_sum, init_distributed
+from .optim import OptimConfig
+from .schedule import Phase, Stage
+
+__all__ = ["TrainConfig", "Trainer", "TrainResult", "OptimConfig", "seed_everything", "to_device"]
+
+
+@dataclass
+class TrainConfig:
+    """How the loop runs (the schedule itself says what is optimised)."""
+
+    seed: int = 0
+    """Seed of every RNG at the start of training (rank r uses seed + r for its dropout masks)."""
+    device: str = "auto"
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """bf16 runs forward passes under torch.autocast (CPU and CUDA); parameters stay fp32."""
+    clip_norm: float = 0.0
+    """Clip the global gradient norm of the stepped parameters to this value (0: off)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    log_every: int = 50
+    """Write a metrics line every this many steps."""
+    eval_every: int = 0
+    """Evaluate every this many steps (0: only at the end of each phase)."""
+    early_stop_metric: str | None = None
+    """Metric returned by the evaluator that early stopping and ``keep_best`` watch."""
+    early_stop_mode: Literal["min", "max"] = "min"
+    """Whether a smaller (loss, perplexity) or larger (accuracy) metric is better."""
+    patience: int = 0
+    """Stop the phase after this many evaluations without improvement (0: never stop early)."""
+    keep_best: bool = False
+    """At the end of each phase restore the parameters of its best evaluation."""
+    save_every: int = 0
+    """Write the ``last`` checkpoint every this many steps (0: only at the end); needs an output directory."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+    tensorboard: bool = False
+    """Also write TensorBoard scalars (needs the tensorboard package)."""
+    threads: int = 0
+    """torch intra-op threads (0: leave torch's default)."""
+
+    def __post_init__(self):
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum must be >= 1, got {self.grad_accum}")
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be >= 1, got {self.log_every}")
+        if (self.patience or self.keep_best) and not self.early_stop_metric:
+            raise ValueError("patience and keep_best need early_stop_metric (the validation metric to watch)")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    """Optimizer steps taken over all phases."""
+    seconds: float
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device is '{name}' but CUDA is not available", "set --train.device cpu (or auto)")
+    return torch.device(name)
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor inside a batch (tensor, dataclass, mapping or sequence) to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if is_dataclass(batch) and not isinstance(batch, type):
+        return replace(batch, **{f.name: to_device(getattr(batch, f.name), device) for f in fields(batch) if f.init})
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+class Trainer:
+    """Runs ``phases`` on ``model``.
+
+    Args:
+        model: the network (or an ``nn.ModuleDict`` of networks) the objectives are called with.
+        phases: the schedule.
+        cfg: loop settings.
+        evaluate: ``evaluate(model) -> {metric: value}``, on validation data only.
+        out_dir: where ``metrics.jsonl`` and the ``last``/``best`` checkpoints go (None: nothing written).
+        checkpoint_config: JSON description of the model written as config.json into checkpoints.
+        save_extra: writes further files (vocabulary, recipe) into a checkpoint directory.
+        resume_from: a ``last`` checkpoint directory to continue exactly from.
+    """
+
+    def __init__(self, model: nn.Module, phases: list[Phase], cfg: TrainConfig,
+                 evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+                 out_dir: str | Path | None = None, checkpoint_config: dict[str, Any] | None = None,
+                 save_extra: Callable[[Path], None] | None = None, resume_from: str | Path | None = None):
+        if cfg.save_every and out_dir is None:
+            raise ConfigError("train.save_every is set but the run has no output directory", "pass --out DIR")
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError:
+                raise ConfigError("train.tensorboard is true but the tensorboard package is not installed",
+                                  "pip install tensorboard, or set --train.tensorboard false") from None
+        self.cfg = cfg
+        self.phases = phases
+        self.evaluate = evaluate
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.checkpoint_config = checkpoint_config
+        self.save_extra = save_extra
+        self.resume_from = resume_from
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.device = resolve_device(cfg.device)
+        self.dist: DistInfo = init_distributed(self.device)
+        if self.device.type == "cuda" and self.dist.enabled:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.model = model.to(self.device)
+        self.wrapped: nn.Module = self.model
+        if self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            # Alternating schedules leave the other objectives' parameters without gradients.
+            self.wrapped = nn.parallel.DistributedDataParallel(self.model, device_ids=ids,
+                                                               find_unused_parameters=True)
+        self._writer = None
+
+    # ----------------------------------------------------------------- helpers
+    def _autocast(self):
+        if self.cfg.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self.out_dir is None or not self.dist.is_main:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.out_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.cfg.tensorboard:
+            if self._writer is None:
+                from torch.utils.tensorboard import SummaryWriter
+                self._writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._writer.add_scalar(k, v, record["step"])
+
+    def _build_optimizers(self, phase: Phase) -> dict[str, torch.optim.Optimizer]:
+        out = {}
+        for name, spec in phase.optimizers.items():
+            params = list(spec.params(self.model) if spec.params is not None else self.model.parameters())
+            if not params:
+                raise ConfigError(f"optimizer '{name}' of phase '{phase.name}' has no parameters",
+                                  "check the parameter selection of that optimizer")
+            out[name] = spec.config.build(params)
+        return out
+
+    def _objective_states(self, phase: Phase) -> list[dict[str, torch.Tensor]]:
+        local = [{k: v.detach().cpu() for k, v in t.objective.state_dict().items()} for t in phase.terms()]
+        if not self.dist.enabled:
+            return [local]
+        gathered: list[Any] = [None] * self.dist.world
+        dist.all_gather_object(gathered, local)
+        return gathered
+
+    def _save(self, name: str, phase_idx: int, phase_step: int, global_step: int,
+              optimizers: dict[str, torch.optim.Optimizer], tracker: dict[str, Any]) -> None:
+        phase = self.phases[phase_idx]
+        objective_states = self._objective_states(phase)
+        if self.out_dir is None or not self.dist.is_main:
+            return
+        state = {
+            "phase_idx": phase_idx,
+            "phase_step": phase_step,
+            "global_step": global_step,
+            "world": self.dist.world,
+            "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+            "streams": [t.stream.state_dict() for t in phase.terms()],
+            "objectives": objective_states,
+            "rng": rng_state(),
+            "tracker": {k: v for k, v in tracker.items() if k != "best_state"},
+        }
+        save_checkpoint(self.out_dir / name, self.model, state, self.checkpoint_config, self.save_extra)
+
+    def _run_eval(self, tracker: dict[str, Any], step: int, phase: Phase) -> bool:
+        """Evaluate, update the best-so-far record; return True when early stopping triggers."""
+        if self.evaluate is None:
+            return False
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad(), self._autocast():
+            metrics = {k: float(v) for k, v in self.evaluate(self.model).items()}
+        self.model.train(was_training)
+        record = {"step": step, "phase": phase.name, "event": "eval", **metrics}
+        tracker["history"].append(record)
+        tracker["final"] = metrics
+        self._log(record)
+        key = self.cfg.early_stop_metric
+        if key is None:
+            return False
+        if key not in metrics:
+            raise ConfigError(f"train.early_stop_metric is '{key}' but the evaluator returns {sorted(metrics)}",
+                              "set train.early_stop_metric to one of those")
+        value = metrics[key]
+        best = tracker.get("best_value")
+        better = best is None or (value < best if self.cfg.early_stop_mode == "min" else value > best)
+        if better:
+            tracker["best_value"] = value
+            tracker["best"] = metrics
+            tracker["bad_evals"] = 0
+            if self.cfg.keep_best:
+                tracker["best_state"] = copy.deepcopy({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+        else:
+            tracker["bad_evals"] = tracker.get("bad_evals", 0) + 1
+        return bool(self.cfg.patience) and tracker["bad_evals"] >= self.cfg.patience
+
+    def _step(self, phase: Phase, stage: Stage, optimizer: torch.optim.Optimizer,
+              window: dict[str, list[float]]) -> float:
+        """One optimizer step of ``stage``; returns the number of items (tokens, examples) seen."""
+        optimizer.zero_grad(set_to_none=True)
+        items = 0.0
+        accum = self.cfg.grad_accum
+        for micro in range(accum):
+            last = micro == accum - 1
+            sync = self.wrapped.no_sync() if self.dist.enabled and not last else nullcontext()
+            with sync:
+                with self._autocast():
+                    total = None
+                    for term in stage.terms:
+                        batch = to_device(next(term.stream), self.device)
+                        out = term.objective(self.wrapped, batch)
+                        count = float(out.count)
+                        if count <= 0:
+                            raise ValueError(f"objective '{term.objective.name}' returned count {count}")
+                        part = term.weight * out.loss_sum / (count * accum)
+                        total = part if total is None else total + part
+                        stats = window.setdefault(term.objective.name, [0.0, 0.0])
+                        stats[0] += float(out.loss_sum.detach())
+                        stats[1] += count
+                        for k, v in out.logs.items():
+                            window.setdefault(f"{term.objective.name}/{k}", [0.0, 0.0])
+                            window[f"{term.objective.name}/{k}"][0] += float(v)
+                            window[f"{term.objective.name}/{k}"][1] += count
+                        items += count
+                total.backward()
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if self.cfg.clip_norm > 0 and params:
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_norm)
+        optimizer.step()
+        return items
+
+    # ------------------------------------------------------------------- fit
+    def fit(self) -> TrainResult:
+        start_time = time.time()
+        tracker: dict[str, Any] = {"history": [], "final": {}, "best": {}}
+        phase_idx, phase_step, global_step = 0, 0, 0
+        resume_state = None
+        if self.resume_from is not None:
+            resume_state = load_trainer_state(self.resume_from)
+            if resume_state.get("world", 1) != self.dist.world:
+                raise CheckpointError(f"checkpoint '{self.resume_from}' was written by {resume_state.get('world')} "
+                                      f"process(es), this run has {self.dist.world}",
+                                      "resume with the same number of processes")
+            load_weights(self.resume_from, self.model)
+            phase_idx = resume_state["phase_idx"]
+            phase_step = resume_state["phase_step"]
+            global_step = resume_state["global_step"]
+            tracker.update(resume_state["tracker"])
+            if phase_idx >= len(self.phases):
+                raise CheckpointError(f"checkpoint '{self.resume_from}' is past the end of this schedule",
+                                      "resume with the recipe it was trained with")
+        else:
+            seed_everything(self.cfg.seed + self.dist.rank)
+
+        for p_idx in range(phase_idx, len(self.phases)):
+            phase = self.phases[p_idx]
+            optimizers = self._build_optimizers(phase)
+            terms = phase.terms()
+            for term in terms:
+                if self.dist.enabled:
+                    term.stream.shard(self.dist.rank, self.dist.world)
+                term.objective.reset_state()
+            start = 0
+            if resume_state is not None and p_idx == phase_idx:
+                for name, opt_state in resume_state["optimizers"].items():
+                    optimizers[name].load_state_dict(opt_state)
+                for term, s in zip(terms, resume_state["streams"]):
+                    term.stream.load_state_dict(s)
+                for term, s in zip(terms, resume_state["objectives"][self.dist.rank]):
+                    term.objective.load_state_dict({k: v.to(self.device) for k, v in s.items()})
+                set_rng_state(resume_state["rng"])
+                start = phase_step
+            else:
+                tracker.pop("best_value", None)
+                tracker.pop("best_state", None)
+                tracker["bad_evals"] = 0
+            self.model.train()
+            window: dict[str, list[float]] = {}
+            window_items, window_t0 = 0.0, time.time()
+            bar = tqdm(total=phase.steps, initial=start, desc=phase.name, dynamic_ncols=True, mininterval=1.0,
+                       disable=not (self.cfg.progress and self.dist.is_main))
+            stopped = False
+            step = start
+            for step in range(start, phase.steps):
+                stage = phase.stage_at(step)
+                opt = optimizers[stage.optimizer]
+                lr = phase.optimizers[stage.optimizer].config.lr_at(step, phase.steps)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                window_items += self._step(phase, stage, opt, window)
+                global_step += 1
+                bar.update(1)
+                done = step + 1
+                if done % self.cfg.log_every == 0 or done == phase.steps:
+                    keys = sorted(window)
+                    sums = all_reduce_sum([x for k in keys for x in window[k]] + [window_items], self.dist)
+                    elapsed = max(time.time() - window_t0, 1e-9)
+                    record: dict[str, Any] = {"step": global_step, "phase": phase.name, "phase_step": done, "lr": lr}
+                    for i, k in enumerate(keys):
+                        s, c = sums[2 * i], sums[2 * i + 1]
+                        record[k] = s / max(c, 1.0)
+                    record["items_per_s"] = sums[-1] / elapsed
+                    self._log(record)
+                    first = next((k for k in keys if "/" not in k), None)
+                    if first is not None and math.isfinite(record[first]):
+                        bar.set_postfix({first: f"{record[first]:.3f}", "items/s": f"{record['items_per_s']:.0f}"})
+                    window, window_items, window_t0 = {}, 0.0, time.time()
+                if self.cfg.eval_every and done % self.cfg.eval_every == 0 and done != phase.steps:
+                    stopped = self._run_eval(tracker, global_step, phase)
+                if self.cfg.save_every and done % self.cfg.save_every == 0:
+                    self._save("last", p_idx, done, global_step, optimizers, tracker)
+                if stopped:
+                    break
+            bar.close()
+            if not stopped:
+                self._run_eval(tracker, global_step, phase)
+            if self.cfg.keep_best and tracker.get("best_state") is not None:
+                self.model.load_state_dict(tracker["best_state"])
+            last_phase = p_idx == len(self.phases) - 1
+            self._save("last", p_idx + 1 if not last_phase else p_idx, 0 if not last_phase else phase.steps,
+                       global_step, optimizers if last_phase else {}, tracker)
+            resume_state = None
+        if self._writer is not None:
+            self._writer.close()
+        return TrainResult(steps=global_step, seconds=time.time() - start_time, best_metrics=tracker.get("best", {}),
+                           final_metrics=tracker.get("final", {}), history=tracker["history"])

@@ -1,0 +1,114 @@
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import genfeat.framework.checkpoint as ckpt
+from genfeat.errors import CheckpointError
+from genfeat.framework import OptimConfig, OptimSpec, Phase, Stage, Term, TrainConfig, Trainer
+
+from _framework_fixtures import SquaredError, TwoHead, make_stream
+
+STEPS = 12
+
+
+def build(fail_at=None):
+    torch.manual_seed(0)
+    model = TwoHead(dropout=0.2)
+    a = SquaredError("a", stateful=True)
+    a.fail_at = fail_at
+    optim = OptimConfig(name="adamw", lr=3e-3, weight_decay=0.01, warmup_steps=3, decay="cosine")
+    phases = [Phase("pre", 5, [Stage([Term(SquaredError("b"), make_stream(seed=1))])], {"main": OptimSpec(optim)}),
+              Phase("fine", STEPS, [Stage([Term(a, make_stream(seed=2), 1.0),
+                                           Term(SquaredError("b", name="aux"), make_stream(seed=3), 0.5)])],
+                    {"main": OptimSpec(optim)})]
+    cfg = TrainConfig(seed=7, clip_norm=0.5, grad_accum=2, save_every=4, progress=False, log_every=2)
+    return model, phases, cfg
+
+
+def test_resume_after_kill_ends_with_identical_parameters(tmp_path):
+    model, phases, cfg = build()
+    Trainer(model, phases, cfg, out_dir=tmp_path / "full").fit()
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+
+    # Kill during fine-tuning step 7 (the objective is called twice per step with grad_accum 2).
+    model, phases, cfg = build(fail_at=2 * 6 + 1)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(model, phases, cfg, out_dir=tmp_path / "run").fit()
+    state = ckpt.load_trainer_state(tmp_path / "run" / "last")
+    assert (state["phase_idx"], state["phase_step"]) == (1, 4)
+    assert "carry" in state["objectives"][0][0], "the carried objective state must be checkpointed"
+
+    model, phases, cfg = build()
+    Trainer(model, phases, cfg, out_dir=tmp_path / "run", resume_from=tmp_path / "run" / "last").fit()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+
+
+def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    model, phases, cfg = build()
+    Trainer(model, phases[:1], cfg, out_dir=tmp_path).fit()
+    good = (tmp_path / "last" / ckpt.MODEL_FILE).read_bytes()
+
+    def dying_save(model, filename):
+        Path(filename).write_bytes(b"partial")
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(ckpt, "save_model", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(tmp_path / "last", model, {"x": 1})
+    assert (tmp_path / "last" / ckpt.MODEL_FILE).read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last", "metrics.jsonl"]
+
+
+def test_corrupt_or_mismatched_checkpoints_give_clear_errors(tmp_path):
+    model, phases, cfg = build()
+    ckpt.save_checkpoint(tmp_path / "c", model, {"step": 1})
+    with pytest.raises(CheckpointError, match="does not match the model|cannot load weights"):
+        ckpt.load_weights(tmp_path / "c", TwoHead(d_hidden=5))
+    (tmp_path / "c" / ckpt.MODEL_FILE).write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match="cannot load weights"):
+        ckpt.load_weights(tmp_path / "c", TwoHead())
+    (tmp_path / "c" / ckpt.STATE_FILE).write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="cannot read training state"):
+        ckpt.load_trainer_state(tmp_path / "c")
+    with pytest.raises(CheckpointError, match="has no"):
+        ckpt.load_trainer_state(tmp_path / "nowhere")
+
+
+def test_trainer_state_refuses_arbitrary_pickles(tmp_path):
+    model, _, _ = build()
+    ckpt.save_checkpoint(tmp_path / "c", model, {"step": 1})
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    torch.save({"x": Evil()}, tmp_path / "c" / ckpt.STATE_FILE)
+    with pytest.raises(CheckpointError):
+        ckpt.load_trainer_state(tmp_path / "c")
+
+
+def test_torchrun_two_processes_match_single_process(tmp_path):
+    worker = Path(__file__).with_name("ddp_worker.py")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
+    single = subprocess.run([sys.executable, str(worker), str(tmp_path / "single")], env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert single.returncode == 0, single.stderr[-2000:]
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(tmp_path / "ddp")],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ref = torch.load(tmp_path / "single" / "rank0.pt", weights_only=True)
+    ranks = [torch.load(tmp_path / "ddp" / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    for k in ref["params"]:
+        assert torch.equal(ranks[0]["params"][k], ranks[1]["params"][k]), f"ranks differ in {k}"
+        torch.testing.assert_close(ranks[0]["params"][k], ref["params"][k], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(ranks[0]["losses"]), torch.tensor(ref["losses"]), rtol=1e-4, atol=1e-6)

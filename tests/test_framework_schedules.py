@@ -1,0 +1,181 @@
+import copy
+
+import pytest
+import torch
+
+from genfeat.config import from_dict
+from genfeat.errors import ConfigError
+from genfeat.framework import (OptimConfig, OptimSpec, Phase, Stage, Term, TrainConfig, Trainer, alternating,
+                               joint, one_phase, two_phase)
+from genfeat.framework.stream import TensorStream
+
+from _framework_fixtures import SquaredError, TwoHead, make_data, make_stream
+
+QUIET = dict(progress=False, log_every=1)
+
+
+def params_of(module):
+    return {k: v.detach().clone() for k, v in module.named_parameters()}
+
+
+def test_one_phase_reduces_loss():
+    torch.manual_seed(0)
+    model = TwoHead()
+    stream = make_stream()
+    objective = SquaredError("a")
+    data = make_data()
+
+    def evaluate(m):
+        return {"mse": float(((m(data["x"]) - data["y_a"]) ** 2).mean())}
+
+    with torch.no_grad():
+        before = evaluate(model)["mse"]
+    result = Trainer(model, one_phase(objective, stream, 150, OptimConfig(lr=1e-2)), TrainConfig(**QUIET),
+                     evaluate=evaluate).fit()
+    assert result.steps == 150
+    assert result.final_metrics["mse"] < 0.3 * before
+
+
+def test_joint_gradient_is_weighted_sum():
+    """One SGD step (lr 1) of the joint schedule moves parameters by -(w_a g_a + w_b g_b)."""
+    torch.manual_seed(0)
+    model = TwoHead()
+    batch = next(make_stream(batch_size=16))
+    grads = []
+    for head in "ab":
+        m = copy.deepcopy(model)
+        out = SquaredError(head)(m, batch)
+        out.mean.backward()
+        grads.append({k: (p.grad if p.grad is not None else torch.zeros_like(p)) for k, p in m.named_parameters()})
+    before = params_of(model)
+    terms = [Term(SquaredError("a"), make_stream(batch_size=16), 1.0),
+             Term(SquaredError("b"), make_stream(batch_size=16), 0.25)]
+    Trainer(model, joint(terms, 1, OptimConfig(name="sgd", lr=1.0)), TrainConfig(**QUIET)).fit()
+    for k, p in model.named_parameters():
+        expected = before[k] - (grads[0][k] + 0.25 * grads[1][k])
+        torch.testing.assert_close(p.detach(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_alternating_steps_each_optimizer_on_its_own_parameters():
+    torch.manual_seed(0)
+    model = TwoHead()
+    spec_a = OptimSpec(OptimConfig(name="sgd", lr=0.1), params=lambda m: m.head_a.parameters())
+    spec_b = OptimSpec(OptimConfig(name="sgd", lr=0.1), params=lambda m: m.head_b.parameters())
+    phases = alternating([(Term(SquaredError("a"), make_stream()), 2, spec_a),
+                          (Term(SquaredError("b"), make_stream()), 3, spec_b)], steps=7)
+    phase = phases[0]
+    assert [phase.stage_at(i).optimizer for i in range(7)] == ["opt0", "opt0", "opt1", "opt1", "opt1", "opt0", "opt0"]
+    trunk_before = params_of(model.trunk)
+    changed = []
+
+    class Recorder(SquaredError):
+        def __call__(self, m, batch):
+            changed.append(self.head)
+            return super().__call__(m, batch)
+
+    phase.stages[0].terms[0].objective = Recorder("a")
+    phase.stages[1].terms[0].objective = Recorder("b")
+    a0, b0 = params_of(model.head_a), params_of(model.head_b)
+    Trainer(model, phases, TrainConfig(**QUIET)).fit()
+    assert changed == ["a", "a", "b", "b", "b", "a", "a"]
+    for k, v in params_of(model.trunk).items():
+        assert torch.equal(v, trunk_before[k]), "the trunk belongs to neither optimizer and must not move"
+    assert any(not torch.equal(v, a0[k]) for k, v in params_of(model.head_a).items())
+    assert any(not torch.equal(v, b0[k]) for k, v in params_of(model.head_b).items())
+
+
+def test_two_phase_uses_fresh_optimizer_for_finetuning():
+    torch.manual_seed(0)
+    model = TwoHead()
+    adam = OptimConfig(name="adam", lr=1e-2)
+    pre = [Phase("pretrain", 5, [Stage([Term(SquaredError("b"), make_stream())])], {"main": OptimSpec(adam)})]
+    fine = [Phase("finetune", 3, [Stage([Term(SquaredError("a"), make_stream())])],
+                  {"main": OptimSpec(adam, params=lambda m: m.head_a.parameters())})]
+    seen = []
+    trainer = Trainer(model, two_phase(pre, fine), TrainConfig(**QUIET))
+    original = trainer._build_optimizers
+
+    def spy(phase):
+        opts = original(phase)
+        seen.append((phase.name, opts["main"]))
+        return opts
+
+    trainer._build_optimizers = spy
+    b_before = params_of(model.head_b)
+    result = trainer.fit()
+    assert result.steps == 8
+    assert [name for name, _ in seen] == ["pretrain", "finetune"]
+    fine_opt = seen[1][1]
+    # Adam's step counter starts from zero in the fine-tuning optimizer.
+    assert all(int(s["step"]) == 3 for s in fine_opt.state.values())
+    assert all(not torch.equal(v, b_before[k]) for k, v in params_of(model.head_b).items())
+
+
+def test_early_stopping_and_keep_best_restore_best_validation_state():
+    torch.manual_seed(0)
+    model = TwoHead()
+    scores = iter([0.5, 0.7, 0.6, 0.65, 0.9])
+    snapshots = []
+
+    def evaluate(m):
+        snapshots.append(params_of(m))
+        return {"acc": next(scores)}
+
+    cfg = TrainConfig(eval_every=2, early_stop_metric="acc", early_stop_mode="max", patience=2, keep_best=True,
+                      **QUIET)
+    result = Trainer(model, one_phase(SquaredError("a"), make_stream(), 100, OptimConfig(lr=1e-2)), cfg,
+                     evaluate=evaluate).fit()
+    assert result.steps == 8  # evals at 2,4,6,8: best at 4, no gain at 6 and 8 -> stop
+    assert result.best_metrics["acc"] == 0.7
+    for k, v in params_of(model).items():
+        assert torch.equal(v, snapshots[1][k])
+
+
+def test_bf16_autocast_trains_on_cpu():
+    torch.manual_seed(0)
+    model = TwoHead()
+    result = Trainer(model, one_phase(SquaredError("a"), make_stream(), 20, OptimConfig(lr=1e-2)),
+                     TrainConfig(precision="bf16", **QUIET),
+                     evaluate=lambda m: {"p": float(m(make_data()["x"]).float().abs().mean())}).fit()
+    assert torch.isfinite(torch.tensor(result.final_metrics["p"]))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_lr_schedule_warmup_then_cosine():
+    cfg = OptimConfig(lr=1.0, warmup_steps=4, decay="cosine", min_lr_ratio=0.1)
+    lrs = [cfg.lr_at(s, 14) for s in range(14)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
+    assert abs(cfg.lr_at(14, 14) - 0.1) < 1e-9
+    lin = OptimConfig(lr=2.0, decay="linear")
+    assert lin.lr_at(5, 10) == pytest.approx(1.0)
+
+
+def test_train_config_rejects_bad_fields():
+    with pytest.raises(ConfigError, match="unknown config field 'grad_acum'.*grad_accum"):
+        from_dict(TrainConfig, {"grad_acum": 2})
+    with pytest.raises(ConfigError, match="'precision'"):
+        from_dict(TrainConfig, {"precision": "fp8"})
+    with pytest.raises(ConfigError, match="'clip_norm'.*number"):
+        from_dict(TrainConfig, {"clip_norm": "big"})
+    with pytest.raises(ConfigError, match="keep_best"):
+        from_dict(TrainConfig, {"keep_best": True})
+
+
+def test_tensor_stream_resume_and_shard():
+    data = make_data(n=20)
+    s = TensorStream(data, batch_size=4, seed=3)
+    for _ in range(7):
+        next(s)
+    state = s.state_dict()
+    expected = [next(s)["x"] for _ in range(5)]
+    t = TensorStream(data, batch_size=4, seed=3)
+    t.load_state_dict(state)
+    assert all(torch.equal(a, next(t)["x"]) for a in expected)
+    full = TensorStream(data, batch_size=4, seed=3)
+    halves = [TensorStream(data, batch_size=4, seed=3) for _ in range(2)]
+    for r, h in enumerate(halves):
+        h.shard(r, 2)
+    for _ in range(6):
+        whole = next(full)["x"]
+        assert torch.equal(torch.cat([next(h)["x"] for h in halves]), whole)
