@@ -1,0 +1,22 @@
+"""genfeat: generative feature learning on current PyTorch.
+
+Transformer-XL, XLNet, GPT- and BERT-style pretraining and fine-tuning, ELMo and word2vec baselines,
+and semi-supervised learners (complement GAN, GDAN, Planetoid), organised as backbone + generative
+loss + target loss + schedule (see DESIGN.md).
+"""
+
+__version__ = "0.1.0"
+
+
+def from_pretrained(path, architecture=None):
+    """Load a genfeat checkpoint or a Hugging Face model directory (see genfeat.hub.from_pretrained)."""
+    from .hub import from_pretrained as _from_pretrained
+
+    return _from_pretrained(path, architecture)
+
+
+def save_pretrained(model, path, vocab=None, hf=False):
+    """Save a model as a genfeat checkpoint, or in Hugging Face format with ``hf=True``."""
+    from .hub import save_pretrained as _save_pretrained
+
+    return _save_pretrained(model, path, vocab, hf)

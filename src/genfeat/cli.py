@@ -1,0 +1,218 @@
+"""The ``genfeat`` command line.
+
+Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM figures of a
+checkpoint on a corpus), ``generate`` (top-k sampling with memory reuse), ``recl`` (relative
+effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format).
+Every command that reports figures has ``--json``: its last stdout line is one JSON object.
+Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import GenfeatError
+
+
+def _emit(result: dict[str, Any], as_json: bool, human: str) -> None:
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(human)
+
+
+def _fmt(result: dict[str, Any]) -> str:
+    return "\n".join(f"{k:>24}: {v:.4f}" if isinstance(v, float) else f"{k:>24}: {v}"
+                     for k, v in result.items() if k != "runs")
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
+    from .config import parse_overrides
+    from .runner import run_recipe
+
+    overrides = parse_overrides(extra)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    result = run_recipe(args.recipe, overrides, seeds, out_dir=args.out, progress=not args.no_progress,
+                        resume=args.resume)
+    _emit(result, args.json, _fmt(result))
+
+
+def _load_lm(path: str):
+    from .hub import load_checkpoint
+
+    return load_checkpoint(path, architecture="transformer_xl")
+
+
+def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
+    import torch
+
+    from .data.corpora import load_split
+    from .eval.lm import evaluate_lm
+
+    _no_extra(extra)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, vocab = _load_lm(args.checkpoint)
+    tokens, _ = load_split(args.data, vocab=vocab)
+    if args.max_tokens:
+        tokens = tokens[: args.max_tokens]
+    with torch.no_grad():
+        result = evaluate_lm(model, tokens, tgt_len=args.tgt_len, mem_len=args.mem_len, clamp_len=args.clamp_len,
+                             batch_size=args.batch_size)
+    result = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in result.items()}
+    result.update({"checkpoint": args.checkpoint, "data": args.data, "tgt_len": args.tgt_len,
+                   "mem_len": args.mem_len, "clamp_len": args.clamp_len, "batch_size": args.batch_size})
+    _emit(result, args.json, _fmt(result))
+
+
+def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
+    import torch
+
+    from .errors import ConfigError
+    from .generation import generate
+
+    _no_extra(extra)
+    model, vocab = _load_lm(args.checkpoint)
+    if vocab is None:
+        raise ConfigError(f"checkpoint '{args.checkpoint}' has no vocab.json, so a text prompt cannot be encoded",
+                          "save the model with its vocabulary (genfeat checkpoints include it)")
+    ids = vocab.encode(args.prompt) if args.prompt else []
+    if not ids:
+        ids = [0]
+    g = torch.Generator().manual_seed(args.seed)
+    t0 = time.time()
+    with torch.no_grad():
+        out = generate(model, torch.tensor(ids), args.length, top_k=args.top_k, temperature=args.temperature,
+                       generator=g, mem_len=args.mem_len)
+    seconds = time.time() - t0
+    text = vocab.decode(out.flatten().tolist())
+    _emit({"text": text, "tokens": args.length, "seconds": seconds}, args.json, text)
+
+
+def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
+    from .data.corpora import load_split
+    from .errors import ConfigError
+    from .eval.recl import run_recl
+
+    _no_extra(extra)
+    models, vocab0 = {}, None
+    for item in args.model:
+        if "=" not in item:
+            raise ConfigError(f"--model '{item}' is not NAME=CHECKPOINT", "write e.g. --model xl=runs/ptb/final")
+        name, path = item.split("=", 1)
+        model, vocab = _load_lm(path)
+        if vocab0 is not None and vocab is not None and len(vocab) != len(vocab0):
+            raise ConfigError(f"model '{name}' has a vocabulary of {len(vocab)} types, the others {len(vocab0)}",
+                              "compare models trained on the same corpus and vocabulary")
+        vocab0 = vocab0 or vocab
+        models[name] = model
+    tokens, _ = load_split(args.data, vocab=vocab0)
+    if args.max_tokens:
+        tokens = tokens[: args.max_tokens]
+    result = run_recl(models, tokens, contexts=args.contexts, r=args.r, delta=args.delta,
+                      threshold=args.threshold, out_dir=args.out)
+    _emit(result, args.json, result.get("table", _fmt(result)))
+
+
+def cmd_export(args: argparse.Namespace, extra: list[str]) -> None:
+    from .hub import load_checkpoint, save_pretrained
+
+    _no_extra(extra)
+    model, vocab = load_checkpoint(args.checkpoint)
+    save_pretrained(model, args.out, vocab, hf=args.format == "hf")
+    _emit({"out": args.out, "format": args.format}, args.json, f"wrote {args.out}")
+
+
+def _no_extra(extra: list[str]) -> None:
+    if extra:
+        from .errors import ConfigError
+
+        raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="genfeat", description="Generative feature learning on current PyTorch.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="train and evaluate what a recipe names",
+                       description="Extra arguments --section.field VALUE override recipe fields.")
+    r.add_argument("recipe")
+    r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
+    r.add_argument("--seed", type=int, default=0, help="first seed")
+    r.add_argument("--out", default=None, help="output directory (default runs/RECIPE_NAME)")
+    r.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(fn=cmd_run)
+
+    e = sub.add_parser("evaluate", help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face)")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--data", required=True, help="corpus[:split], a text file or a .npy of token ids")
+    e.add_argument("--tgt-len", type=int, required=True)
+    e.add_argument("--mem-len", type=int, required=True)
+    e.add_argument("--clamp-len", type=int, default=None)
+    e.add_argument("--batch-size", type=int, default=1, help="contiguous streams (default 1: one stream)")
+    e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0: all)")
+    e.add_argument("--threads", type=int, default=0)
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(fn=cmd_evaluate)
+
+    g = sub.add_parser("generate", help="top-k sampling from a context, reusing memory")
+    g.add_argument("--checkpoint", required=True)
+    g.add_argument("--prompt", default="")
+    g.add_argument("--length", type=int, default=200)
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--mem-len", type=int, default=None)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(fn=cmd_generate)
+
+    c = sub.add_parser("recl", help="relative effective context length of a model group (§2.1.4)")
+    c.add_argument("--model", action="append", required=True, help="NAME=CHECKPOINT, once per model of the group")
+    c.add_argument("--data", required=True)
+    c.add_argument("--contexts", type=int, nargs="+", required=True, help="context lengths c to score")
+    c.add_argument("--r", type=float, default=1.0, help="fraction of hardest tokens (top-r)")
+    c.add_argument("--delta", type=int, default=None, help="context step Δ (default: the grid spacing)")
+    c.add_argument("--threshold", type=float, default=0.01, help="relative-gain threshold")
+    c.add_argument("--max-tokens", type=int, default=0)
+    c.add_argument("--out", default="runs/recl", help="directory for the PNG plots and table")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(fn=cmd_recl)
+
+    x = sub.add_parser("export", help="write a checkpoint in another format")
+    x.add_argument("--checkpoint", required=True)
+    x.add_argument("--out", required=True)
+    x.add_argument("--format", choices=["hf", "genfeat"], default="hf")
+    x.add_argument("--json", action="store_true")
+    x.set_defaults(fn=cmd_export)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command != "run" and extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args.fn(args, extra)
+    except GenfeatError as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

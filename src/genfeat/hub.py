@@ -1,0 +1,123 @@
+"""Loading and saving models: genfeat checkpoints and Hugging Face directories.
+
+A genfeat checkpoint's config.json names the architecture and its config; the registry below maps
+architecture names to their config and model classes. A Hugging Face directory is recognised by
+the ``model_type`` in its config.json and converted by genfeat.interop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from . import __version__
+from .config import from_dict, to_dict
+from .errors import CheckpointError, ConfigError
+from .framework.checkpoint import CONFIG_FILE, load_weights, read_config, save_checkpoint
+
+# architecture -> (module, config class, model class)
+ARCHITECTURES: dict[str, tuple[str, str, str]] = {
+    "transformer_xl": ("genfeat.models.transformer_xl", "TransformerXLConfig", "TransformerXLLMHeadModel"),
+}
+# Hugging Face model_type -> (interop module, loader function)
+HF_LOADERS: dict[str, tuple[str, str]] = {
+    "transfo-xl": ("genfeat.interop.hf_transfo_xl", "load_hf_transfo_xl"),
+}
+VOCAB_FILE = "vocab.json"
+
+
+def architecture_of(model: nn.Module) -> str:
+    for name, (module, _, cls) in ARCHITECTURES.items():
+        if type(model).__name__ == cls and type(model).__module__ == module:
+            return name
+    raise ValueError(f"{type(model).__name__} is not a registered genfeat architecture")
+
+
+def checkpoint_config(model: nn.Module, **extra: Any) -> dict[str, Any]:
+    """The config.json content describing ``model``."""
+    return {"genfeat_version": __version__, "architecture": architecture_of(model), "model": to_dict(model.config),
+            **extra}
+
+
+def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
+    if architecture not in ARCHITECTURES:
+        raise CheckpointError(f"unknown architecture '{architecture}'",
+                              f"genfeat knows {sorted(ARCHITECTURES)}; was the checkpoint written by a newer genfeat?")
+    module, cfg_cls, model_cls = ARCHITECTURES[architecture]
+    mod = importlib.import_module(module)
+    try:
+        cfg = from_dict(getattr(mod, cfg_cls), model_cfg, "model")
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint config is not a valid {architecture} config: {e.cause}", e.fix) from None
+    return getattr(mod, model_cls)(cfg)
+
+
+def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Module:
+    """Load a genfeat checkpoint directory or a Hugging Face model directory.
+
+    Args:
+        path: directory with config.json and weights.
+        architecture: when given, the checkpoint must hold this architecture (else CheckpointError).
+    Returns:
+        The model in eval mode, on CPU, fp32.
+    """
+    path = Path(path)
+    if not (path / CONFIG_FILE).is_file():
+        raise CheckpointError(f"'{path}' is not a model directory (no {CONFIG_FILE})",
+                              "pass a genfeat checkpoint (e.g. runs/NAME/final) or a Hugging Face model directory")
+    cfg = read_config(path)
+    if "architecture" in cfg:
+        arch = cfg["architecture"]
+        if architecture is not None and arch != architecture:
+            raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {architecture}",
+                                  f"pass a {architecture} checkpoint")
+        model = build_model(arch, cfg.get("model", {}))
+        load_weights(path, model)
+    elif cfg.get("model_type") in HF_LOADERS:
+        module, fn = HF_LOADERS[cfg["model_type"]]
+        model = getattr(importlib.import_module(module), fn)(path)
+        if architecture is not None and architecture_of(model) != architecture:
+            raise CheckpointError(f"'{path}' holds a {architecture_of(model)} model, not {architecture}",
+                                  f"pass a {architecture} checkpoint")
+    else:
+        raise CheckpointError(f"'{path}/config.json' names neither a genfeat architecture nor a supported "
+                              f"Hugging Face model_type (got {cfg.get('model_type')!r})",
+                              f"supported Hugging Face types: {sorted(HF_LOADERS)}")
+    return model.eval()
+
+
+def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: bool = False) -> Path:
+    """Save ``model`` (and its vocabulary) as a genfeat checkpoint, or in Hugging Face format with ``hf``."""
+    path = Path(path)
+    if hf:
+        arch = architecture_of(model)
+        if arch != "transformer_xl":
+            raise CheckpointError(f"saving {arch} in Hugging Face format is not supported", "save a genfeat checkpoint")
+        from .interop.hf_transfo_xl import save_hf_transfo_xl
+        from .io import atomic_dir
+
+        with atomic_dir(path) as tmp:
+            save_hf_transfo_xl(model, tmp)
+            if vocab is not None:
+                vocab.save(tmp / VOCAB_FILE)
+        return path
+    return save_checkpoint(path, model, None, checkpoint_config(model),
+                           (lambda d: vocab.save(d / VOCAB_FILE)) if vocab is not None else None)
+
+
+def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[nn.Module, Any]:
+    """``from_pretrained`` plus the vocabulary saved beside the weights (None when there is none)."""
+    model = from_pretrained(path, architecture)
+    vocab = None
+    if (Path(path) / VOCAB_FILE).is_file():
+        from .data.vocab import load_vocab
+
+        vocab = load_vocab(Path(path) / VOCAB_FILE)
+        n_token = getattr(getattr(model, "config", None), "n_token", None)
+        if n_token is not None and len(vocab) != n_token:
+            raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
+                                  f"predicts {n_token}", "the vocab.json belongs to another model; restore the right one")
+    return model, vocab

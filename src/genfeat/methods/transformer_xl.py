@@ -1,0 +1,190 @@
+"""Transformer-XL language modelling (thesis §2.1): one phase of causal LM with recurrence.
+
+Recipe: ``method: transformer_xl`` plus the fields of :class:`TransformerXLRecipe`. The model
+section takes the fields of :class:`genfeat.models.transformer_xl.TransformerXLConfig`; ``n_token``
+comes from the vocabulary built on the training split.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from ..config import from_dict, to_dict
+from ..errors import ConfigError
+from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
+from ..io import write_json_atomic, write_text_atomic
+from ..objectives.causal_lm import CausalLMObjective
+from ..runner import register_method
+
+
+@dataclass
+class LMDataConfig:
+    """Which corpus, vocabulary and batching the LM trains on."""
+
+    corpus: str = "ptb"
+    """A registered corpus (ptb, ptb_char, wikitext2, wikitext103, tinyshakespeare, enwik8, text8), a text file or a .npy of token ids."""
+    vocab: dict[str, Any] = field(default_factory=dict)
+    """Vocabulary settings (genfeat.data.vocab.VocabConfig fields); empty: the corpus's standard vocabulary."""
+    batch_size: int = 16
+    """Number of contiguous streams the training split is cut into (the global batch)."""
+    tgt_len: int = 70
+    """Tokens predicted per segment."""
+    ext_len: int = 0
+    """Extended context of the original code: tokens of the previous segment re-fed without loss."""
+    shuffle_segments: bool = False
+    """Draw segments in random order, without carrying memory (the no-recurrence ablation)."""
+    train_split: str = "train"
+    valid_split: str = "valid"
+    test_split: str | None = "test"
+    """Split reported as the test figure at the end (None: none)."""
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.tgt_len < 1 or self.ext_len < 0:
+            raise ValueError("data.batch_size and data.tgt_len must be >= 1 and data.ext_len >= 0")
+
+
+@dataclass
+class LMEvalConfig:
+    """Evaluation settings; attention length may differ from training (§2.1, Table 2.6)."""
+
+    tgt_len: int | None = None
+    """Segment length at evaluation (None: data.tgt_len)."""
+    mem_len: int | None = None
+    """Memory length at evaluation (None: model.mem_len)."""
+    clamp_len: int | None = None
+    """Largest relative distance at evaluation (None: model.clamp_len)."""
+    batch_size: int = 10
+    """Contiguous streams the evaluation split is cut into."""
+    valid_tokens: int = 0
+    """Score only the first N tokens of the validation split during training (0: all)."""
+
+
+@dataclass
+class LMObjectiveConfig:
+    loss_positions: Literal["full", "half"] = "full"
+    """Score every position of a segment or only its second half (Table 2.6)."""
+
+
+@dataclass
+class GenerateConfig:
+    """A sample written to OUT/sample.txt after training (length 0: none)."""
+
+    prompt: str = ""
+    length: int = 0
+    top_k: int = 40
+    temperature: float = 1.0
+
+
+@dataclass
+class TransformerXLRecipe:
+    data: LMDataConfig = field(default_factory=LMDataConfig)
+    model: dict[str, Any] = field(default_factory=dict)
+    """TransformerXLConfig fields (n_token is set from the vocabulary)."""
+    objective: LMObjectiveConfig = field(default_factory=LMObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: LMEvalConfig = field(default_factory=LMEvalConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    steps: int = 1000
+    """Optimizer steps."""
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def build_model_config(model: dict[str, Any], n_token: int):
+    from ..models.transformer_xl import TransformerXLConfig
+
+    if "n_token" in model and model["n_token"] != n_token:
+        raise ConfigError(f"model.n_token is {model['n_token']} but the vocabulary has {n_token} types",
+                          "drop model.n_token from the recipe: it is set from the vocabulary")
+    return from_dict(TransformerXLConfig, {**model, "n_token": n_token}, "model")
+
+
+def lm_figures(prefix: str, result: dict[str, float]) -> dict[str, float]:
+    return {f"{prefix}_{k}": float(result[k]) for k in ("loss", "ppl", "bpc", "tokens", "seconds")}
+
+
+@register_method("transformer_xl", TransformerXLRecipe)
+def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    from ..data.corpora import load_corpus
+    from ..data.lm import LMOrderedStream, LMShuffledStream
+    from ..data.vocab import VocabConfig
+    from ..eval.lm import evaluate_lm
+    from ..models.transformer_xl import TransformerXLLMHeadModel
+
+    vocab_cfg = from_dict(VocabConfig, cfg.data.vocab, "data.vocab") if cfg.data.vocab else None
+    corpus = load_corpus(cfg.data.corpus, vocab_cfg=vocab_cfg)
+    for split in (cfg.data.train_split, cfg.data.valid_split, cfg.data.test_split):
+        if split is not None and split not in corpus.splits:
+            raise ConfigError(f"corpus '{cfg.data.corpus}' has no split '{split}' (it has {sorted(corpus.splits)})",
+                              "set data.train_split / data.valid_split / data.test_split to existing splits")
+    vocab = corpus.vocab
+    model_cfg = build_model_config(cfg.model, len(vocab))
+    seed_everything(seed)
+    model = TransformerXLLMHeadModel(model_cfg)
+
+    train_tokens = corpus.splits[cfg.data.train_split]
+    if cfg.data.shuffle_segments:
+        stream = LMShuffledStream(train_tokens, cfg.data.batch_size, cfg.data.tgt_len, seed=seed)
+    else:
+        stream = LMOrderedStream(train_tokens, cfg.data.batch_size, cfg.data.tgt_len, ext_len=cfg.data.ext_len)
+    recurrent = model_cfg.mem_len > 0 and not cfg.data.shuffle_segments
+    objective = CausalLMObjective(cfg.objective.loss_positions, recurrence=recurrent)
+
+    eval_tgt = cfg.eval.tgt_len or cfg.data.tgt_len
+    eval_mem = cfg.eval.mem_len if cfg.eval.mem_len is not None else model_cfg.mem_len
+    eval_clamp = cfg.eval.clamp_len
+
+    def score(m, tokens):
+        return evaluate_lm(m, tokens, tgt_len=eval_tgt, mem_len=eval_mem, clamp_len=eval_clamp,
+                           batch_size=cfg.eval.batch_size)
+
+    valid = corpus.splits[cfg.data.valid_split]
+    valid_subset = valid[: cfg.eval.valid_tokens] if cfg.eval.valid_tokens else valid
+
+    def evaluate(m):
+        return lm_figures("valid", score(m, valid_subset))
+
+    train_cfg = replace(cfg.train, seed=seed)
+    ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
+    resume_from = None
+    if resume:
+        resume_from = Path(out_dir) / "last"
+        if not resume_from.is_dir():
+            raise ConfigError(f"--resume was given but '{resume_from}' does not exist",
+                              "run without --resume first, or pass the --out of the run to continue")
+    trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
+                      out_dir=out_dir, checkpoint_config=ckpt_cfg,
+                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
+    t0 = time.time()
+    result = trainer.fit()
+    train_seconds = time.time() - t0
+
+    model.eval()
+    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
+                                 "params": sum(p.numel() for p in model.parameters())}
+    with torch.no_grad():
+        figures.update(lm_figures("valid", score(model, valid)))
+        if cfg.data.test_split is not None:
+            figures.update(lm_figures("test", score(model, corpus.splits[cfg.data.test_split])))
+    if out_dir is not None and trainer.dist.is_main:
+        save_pretrained(model, Path(out_dir) / "final", vocab)
+        write_json_atomic(Path(out_dir) / "results.json", figures)
+        if cfg.generate.length > 0:
+            from ..generation import generate
+
+            context = torch.tensor(vocab.encode(cfg.generate.prompt) if cfg.generate.prompt else [0])
+            g = torch.Generator().manual_seed(seed)
+            ids = generate(model, context, cfg.generate.length, top_k=cfg.generate.top_k,
+                           temperature=cfg.generate.temperature, generator=g)
+            write_text_atomic(Path(out_dir) / "sample.txt", vocab.decode(ids.flatten().tolist()) + "\n")
+    return figures

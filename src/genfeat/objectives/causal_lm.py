@@ -1,0 +1,63 @@
+"""Causal language modelling with segment-level recurrence (thesis §2.1, Eq. 2.1).
+
+L_g = -sum_t log p(x_t | x_<t), computed segment by segment; the model's memory of the previous
+segment is carried between calls (stop-gradient is the model's job) and reset when the data
+stream starts a new epoch or hands out unrelated segments.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from ..framework.objective import LossOutput, Objective
+
+
+class CausalLMObjective(Objective):
+    """Negative log-likelihood of the next token, with memory carried across segments.
+
+    Args:
+        loss_positions: ``full`` scores every position of a segment; ``half`` only its second half
+            (the "half loss" of Table 2.6, which evens out the context that absolute-position
+            models without recurrence see).
+        recurrence: carry the memory to the next segment (False: every segment starts empty).
+
+    The batch must have ``input`` and ``target`` ([b, t] token ids) and ``new_epoch`` (bool).
+    """
+
+    name = "lm"
+
+    def __init__(self, loss_positions: Literal["full", "half"] = "full", recurrence: bool = True):
+        if loss_positions not in ("full", "half"):
+            raise ValueError(f"loss_positions must be 'full' or 'half', got {loss_positions!r}")
+        self.loss_positions = loss_positions
+        self.recurrence = recurrence
+        self.mems: list[Tensor] | None = None
+
+    def __call__(self, model: nn.Module, batch) -> LossOutput:
+        if batch.new_epoch or not self.recurrence:
+            self.mems = None
+        out = model(batch.input, mems=self.mems, labels=batch.target)
+        if self.recurrence:
+            self.mems = out.mems
+        log_probs = out.target_log_probs  # [b, t]
+        if self.loss_positions == "half":
+            log_probs = log_probs[:, log_probs.shape[1] // 2:]
+        nll = -log_probs.float()
+        return LossOutput(nll.sum(), nll.numel())
+
+    def reset_state(self) -> None:
+        self.mems = None
+
+    def state_dict(self) -> dict[str, Tensor]:
+        if not self.mems:
+            return {}
+        return {f"mem.{i}": m for i, m in enumerate(self.mems)}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        if not state:
+            self.mems = None
+            return
+        self.mems = [state[f"mem.{i}"] for i in range(len(state))]

@@ -1,0 +1,95 @@
+"""One recipe format for every method.
+
+A recipe is a YAML file ``method: NAME`` plus the fields of that method's typed config
+dataclass. ``genfeat run RECIPE [--seeds N] [--field.path value ...]`` loads it, applies the
+overrides, checks every field, and calls the method's registered runner once per seed. The
+runner returns its figures (``{"test_accuracy": ...}``); over seeds they are summarised as
+``<metric>_mean`` and ``<metric>_std``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import apply_overrides, from_dict, load_yaml
+from .errors import ConfigError
+
+Runner = Callable[..., dict[str, float]]
+
+
+@dataclass
+class MethodSpec:
+    name: str
+    config_cls: type
+    run: Runner
+
+
+_METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, config_cls: type) -> Callable[[Runner], Runner]:
+    """Register ``fn(cfg, *, seed, out_dir, progress, resume) -> dict[str, float]`` as method ``name``."""
+
+    def decorator(fn: Runner) -> Runner:
+        _METHODS[name] = MethodSpec(name, config_cls, fn)
+        return fn
+
+    return decorator
+
+
+def get_method(name: str) -> MethodSpec:
+    if name not in _METHODS:
+        import genfeat.methods as pkg
+
+        for info in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"genfeat.methods.{info.name}")
+    if name not in _METHODS:
+        raise ConfigError(f"recipe names unknown method '{name}'",
+                          f"use one of: {', '.join(sorted(_METHODS))}")
+    return _METHODS[name]
+
+
+def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> tuple[MethodSpec, Any]:
+    """Read a recipe, apply ``overrides`` (dotted keys), and build the method's config."""
+    data = apply_overrides(load_yaml(path), overrides or {})
+    if "method" not in data:
+        raise ConfigError(f"recipe '{path}' has no 'method' field", "start the recipe with e.g. 'method: transformer_xl'")
+    method = get_method(str(data.pop("method")))
+    return method, from_dict(method.config_cls, data)
+
+
+def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """Mean and standard deviation (sample, ddof=1; 0 for one run) of every metric over runs."""
+    out: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [float(r[key]) for r in runs if key in r]
+        out[f"{key}_mean"] = statistics.fmean(values)
+        out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return out
+
+
+def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
+               out_dir: str | Path | None = None, progress: bool = True, resume: bool = False) -> dict[str, Any]:
+    """Run a recipe for each seed and return the per-seed figures and their summary."""
+    method, cfg = load_recipe(path, overrides)
+    seeds = seeds or [0]
+    if resume and len(seeds) > 1:
+        raise ConfigError("--resume continues one run, but several seeds were asked for", "resume one seed at a time")
+    base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
+    t0 = time.time()
+    runs = []
+    for seed in seeds:
+        run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
+        runs.append(method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=resume))
+    result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
+    if len(seeds) == 1:
+        result.update(runs[0])
+    result.update(summarise(runs))
+    result.update({"seeds": seeds, "runs": runs, "seconds": time.time() - t0, "out_dir": str(base)})
+    return result
