@@ -177,13 +177,22 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
                 raise ConfigError(f"override '{arg}' has no value", f"write {arg} VALUE")
             raw = args[i + 1]
             i += 2
-        try:
-            out[key] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            out[key] = raw
-        if isinstance(raw, str) and out[key] is None and raw not in ("null", "~", ""):
-            out[key] = raw
+        out[key] = _scalar(raw)
     return out
+
+
+def _scalar(raw: str) -> Any:
+    """A command-line value read as YAML, with ``3e-4`` (a string to YAML 1.1) read as a float."""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
