@@ -77,6 +77,12 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
                               f"write '{path}' as a YAML mapping of its fields")
         return from_dict(tp, value, path)
     if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads 3e-4 (no dot) as a string.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config field '{path}' has value {value!r}, expected a number",
                               f"set '{path}' to a number")
