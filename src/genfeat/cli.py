@@ -52,13 +52,13 @@ def _load_lm(path: str):
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     import torch
 
-    from .data.corpora import load_split
-    from .eval.lm import evaluate_lm
-
     _no_extra(extra)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, vocab = _load_lm(args.checkpoint)
+    from .data.corpora import load_split
+    from .eval.lm import evaluate_lm
+
     tokens, _ = load_split(args.data, vocab=vocab)
     if args.max_tokens:
         tokens = tokens[: args.max_tokens]
@@ -139,9 +139,12 @@ def _no_extra(extra: list[str]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="genfeat", description="Generative feature learning on current PyTorch.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    # --debug is accepted after the subcommand too; SUPPRESS keeps a subparser from resetting it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="train and evaluate what a recipe names",
+    r = sub.add_parser("run", parents=[common], help="train and evaluate what a recipe names",
                        description="Extra arguments --section.field VALUE override recipe fields.")
     r.add_argument("recipe")
     r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
@@ -152,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
 
-    e = sub.add_parser("evaluate", help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face)")
+    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face)")
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--data", required=True, help="corpus[:split], a text file or a .npy of token ids")
     e.add_argument("--tgt-len", type=int, required=True)
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=cmd_evaluate)
 
-    g = sub.add_parser("generate", help="top-k sampling from a context, reusing memory")
+    g = sub.add_parser("generate", parents=[common], help="top-k sampling from a context, reusing memory")
     g.add_argument("--checkpoint", required=True)
     g.add_argument("--prompt", default="")
     g.add_argument("--length", type=int, default=200)
@@ -175,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true")
     g.set_defaults(fn=cmd_generate)
 
-    c = sub.add_parser("recl", help="relative effective context length of a model group (§2.1.4)")
+    c = sub.add_parser("recl", parents=[common], help="relative effective context length of a model group (§2.1.4)")
     c.add_argument("--model", action="append", required=True, help="NAME=CHECKPOINT, once per model of the group")
     c.add_argument("--data", required=True)
     c.add_argument("--contexts", type=int, nargs="+", required=True, help="context lengths c to score")
@@ -187,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true")
     c.set_defaults(fn=cmd_recl)
 
-    x = sub.add_parser("export", help="write a checkpoint in another format")
+    x = sub.add_parser("export", parents=[common], help="write a checkpoint in another format")
     x.add_argument("--checkpoint", required=True)
     x.add_argument("--out", required=True)
     x.add_argument("--format", choices=["hf", "genfeat"], default="hf")
