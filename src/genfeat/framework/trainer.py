@@ -73,6 +73,9 @@ class TrainConfig:
     """Also write TensorBoard scalars (needs the tensorboard package)."""
     threads: int = 0
     """torch intra-op threads (0: leave torch's default)."""
+    stop_after_steps: int = 0
+    """End this invocation after this many steps, writing the ``last`` checkpoint, so a long run
+    can be done in chunks with ``--resume`` (0: run to the end)."""
 
     def __post_init__(self):
         if self.grad_accum < 1:
@@ -81,6 +84,8 @@ class TrainConfig:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
         if (self.patience or self.keep_best) and not self.early_stop_metric:
             raise ValueError("patience and keep_best need early_stop_metric (the validation metric to watch)")
+        if self.stop_after_steps < 0:
+            raise ValueError(f"stop_after_steps must be >= 0, got {self.stop_after_steps}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
@@ -93,6 +98,8 @@ class TrainResult:
     best_metrics: dict[str, float] = field(default_factory=dict)
     final_metrics: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
+    interrupted: bool = False
+    """True when ``stop_after_steps`` ended the invocation before the schedule's end."""
 
 
 def seed_everything(seed: int) -> None:
@@ -140,8 +147,9 @@ class Trainer:
                  evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
                  out_dir: str | Path | None = None, checkpoint_config: dict[str, Any] | None = None,
                  save_extra: Callable[[Path], None] | None = None, resume_from: str | Path | None = None):
-        if cfg.save_every and out_dir is None:
-            raise ConfigError("train.save_every is set but the run has no output directory", "pass --out DIR")
+        if (cfg.save_every or cfg.stop_after_steps) and out_dir is None:
+            raise ConfigError("train.save_every / stop_after_steps need an output directory for checkpoints",
+                              "pass --out DIR")
         if cfg.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter  # noqa: F401
@@ -317,6 +325,7 @@ class Trainer:
         else:
             seed_everything(self.cfg.seed + self.dist.rank)
 
+        steps_this_run = 0
         for p_idx in range(phase_idx, len(self.phases)):
             phase = self.phases[p_idx]
             optimizers = self._build_optimizers(phase)
@@ -374,6 +383,13 @@ class Trainer:
                     stopped = self._run_eval(tracker, global_step, phase)
                 if self.cfg.save_every and done % self.cfg.save_every == 0:
                     self._save("last", p_idx, done, global_step, optimizers, tracker)
+                steps_this_run += 1
+                if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
+                    bar.close()
+                    self._save("last", p_idx, done, global_step, optimizers, tracker)
+                    return TrainResult(steps=global_step, seconds=time.time() - start_time,
+                                       best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
+                                       history=tracker["history"], interrupted=True)
                 if stopped:
                     break
             bar.close()

@@ -168,6 +168,8 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
     t0 = time.time()
     result = trainer.fit()
     train_seconds = time.time() - t0
+    if result.interrupted:
+        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
 
     model.eval()
     figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
