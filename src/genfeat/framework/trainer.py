@@ -173,9 +173,11 @@ class Trainer:
         self.wrapped: nn.Module = self.model
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            # Alternating schedules leave the other objectives' parameters without gradients.
+            # Alternating schedules and partial optimizers leave some parameters without gradients.
+            partial = any(len(ph.optimizers) > 1 or any(o.params is not None for o in ph.optimizers.values())
+                          for ph in phases)
             self.wrapped = nn.parallel.DistributedDataParallel(self.model, device_ids=ids,
-                                                               find_unused_parameters=True)
+                                                               find_unused_parameters=partial)
         self._writer = None
 
     # ----------------------------------------------------------------- helpers
