@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from .errors import GenfeatError

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Literal, Mapping
 
-import torch
 from torch import Tensor, nn
 
 from ..framework.objective import LossOutput, Objective
