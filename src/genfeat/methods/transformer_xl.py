@@ -28,7 +28,8 @@ class LMDataConfig:
     """Which corpus, vocabulary and batching the LM trains on."""
 
     corpus: str = "ptb"
-    """A registered corpus (ptb, ptb_char, wikitext2, wikitext103, tinyshakespeare, enwik8, text8), a text file or a .npy of token ids."""
+    """A registered corpus (ptb, ptb_char, wikitext2, wikitext103, tinyshakespeare, enwik8, text8),
+    a text file or a .npy of token ids."""
     vocab: dict[str, Any] = field(default_factory=dict)
     """Vocabulary settings (genfeat.data.vocab.VocabConfig fields); empty: the corpus's standard vocabulary."""
     batch_size: int = 16
