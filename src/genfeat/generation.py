@@ -1,0 +1,58 @@
+"""Sampling from a Transformer-XL language model with memory reuse (thesis §2.1, "Evaluation Speed").
+
+The context is fed once; afterwards each step feeds only the newest token and attends over the
+cached memory, so a step costs O(mem_len) instead of recomputing the whole history.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+@torch.no_grad()
+def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40, temperature: float = 1.0,
+             generator: torch.Generator | None = None, mem_len: int | None = None) -> Tensor:
+    """Top-k sampling continuing ``context``.
+
+    Args:
+        model: a Transformer-XL LM (``model(ids, mems=..., return_log_probs=True)``).
+        context: [t] or [b, t] token ids (at least one token).
+        length: number of tokens to sample.
+        top_k: sample among the k most likely tokens (default 40; 1 is greedy).
+        temperature: divide log-probabilities by this before sampling (default 1.0).
+        generator: RNG for reproducible samples.
+        mem_len: memory length while sampling (default: the model's ``mem_len``, or ``max_klen``
+            for a model trained without memory, so samples still see their context).
+    Returns:
+        [length] or [b, length] sampled ids (the context is not repeated).
+    """
+    if context.numel() == 0:
+        raise ValueError("generation needs a non-empty context")
+    if top_k < 1 or temperature <= 0:
+        raise ValueError("top_k must be >= 1 and temperature > 0")
+    was_training = model.training
+    model.eval()
+    squeeze = context.dim() == 1
+    ids = context[None] if squeeze else context
+    ids = ids.to(next(model.parameters()).device)
+    if mem_len is None:
+        mem_len = model.config.mem_len or model.config.max_klen
+    # Feed all but the last context token to fill the memory; the last one starts sampling.
+    mems = None
+    if ids.shape[1] > 1:
+        mems = model(ids[:, :-1], mem_len=mem_len).mems
+    token = ids[:, -1:]
+    out = []
+    for _ in range(length):
+        step = model(token, mems=mems, mem_len=mem_len, return_log_probs=True)
+        mems = step.mems
+        logits = step.log_probs[:, -1].float() / temperature  # [b, V]
+        k = min(top_k, logits.shape[-1])
+        top, idx = logits.topk(k, dim=-1)
+        choice = torch.multinomial(torch.softmax(top, dim=-1), 1, generator=generator)
+        token = idx.gather(-1, choice)
+        out.append(token)
+    model.train(was_training)
+    result = torch.cat(out, dim=1) if out else ids.new_zeros((ids.shape[0], 0))
+    return result[0] if squeeze else result

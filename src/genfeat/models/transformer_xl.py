@@ -1,0 +1,255 @@
+"""Transformer-XL (Dai et al. 2019; thesis §2.1): segment-level recurrence + relative positions.
+
+Axes: b batch, t segment (query) length, m memory length, k = m + t key length, d model width,
+h heads, e head width, V vocabulary, L layers.
+
+The ablations of Table 2.6 are config switches: ``attn_type`` relative (ours, Eq. 2.3), shaw
+(Shaw et al. 2018), absolute_sinusoid (Vaswani et al. 2017, added to the input) or
+absolute_learned (Al-Rfou et al. 2018, learned and added at every layer); recurrence is
+``mem_len`` > 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
+from ..nn.attention import AbsoluteMultiHeadAttention, RelativeMultiHeadAttention, causal_mask, sinusoid
+
+
+@dataclass
+class TransformerXLConfig:
+    """Architecture of a Transformer-XL language model (field names follow the original code)."""
+
+    n_token: int = 10000
+    """Vocabulary size V."""
+    cutoffs: list[int] = field(default_factory=list)
+    """Adaptive softmax/input cluster boundaries (empty: full softmax)."""
+    div_val: int = 1
+    """Embedding width divisor between clusters."""
+    d_model: int = 256
+    """Model width d."""
+    d_embed: int | None = None
+    """Head-cluster embedding width (None: d_model)."""
+    n_head: int = 4
+    d_head: int = 64
+    d_inner: int = 1024
+    """Feed-forward inner width."""
+    n_layer: int = 4
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    """Dropout on attention probabilities."""
+    mem_len: int = 128
+    """Memory length m carried between segments (0: no recurrence)."""
+    ext_len: int = 0
+    """Length of the extended context of the original code (tokens re-fed without loss)."""
+    clamp_len: int = -1
+    """Use the same encoding for all distances >= clamp_len (-1: never clamp)."""
+    same_length: bool = False
+    """Every query attends over the same number of keys."""
+    attn_type: Literal["relative", "shaw", "absolute_sinusoid", "absolute_learned"] = "relative"
+    """Positional encoding scheme (Table 2.6)."""
+    max_klen: int = 512
+    """Largest key length for learned position tables (shaw, absolute_learned)."""
+    untie_r: bool = False
+    """Per-layer u and v biases instead of shared ones."""
+    tie_weight: bool = True
+    """Tie the softmax weights to the input embeddings."""
+    tie_projs: list[bool] = field(default_factory=list)
+    """Per cluster, tie the softmax projection to the embedding projection (default: all but the head)."""
+    pre_lnorm: bool = False
+    """Layer norm before each sub-layer (the paper is post-norm)."""
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+    layer_norm_epsilon: float = 1e-5
+
+    def __post_init__(self):
+        if self.d_embed is None:
+            self.d_embed = self.d_model
+        if self.n_token < 1 or self.d_model < 1 or self.n_layer < 1 or self.n_head < 1 or self.d_head < 1:
+            raise ValueError("n_token, d_model, n_layer, n_head and d_head must be positive")
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even for sinusoid encodings, got {self.d_model}")
+        if list(self.cutoffs) != sorted(set(self.cutoffs)) or any(c <= 0 or c >= self.n_token for c in self.cutoffs):
+            raise ValueError(f"cutoffs must be increasing and inside (0, n_token={self.n_token}), got {self.cutoffs}")
+        if self.div_val < 1:
+            raise ValueError(f"div_val must be >= 1, got {self.div_val}")
+        if self.mem_len < 0 or self.ext_len < 0:
+            raise ValueError("mem_len and ext_len must be >= 0")
+        if not self.tie_projs:
+            self.tie_projs = [False] + [True] * len(self.cutoffs)
+        if len(self.tie_projs) != len(self.cutoffs) + 1:
+            raise ValueError(f"tie_projs needs one flag per cluster ({len(self.cutoffs) + 1}), got {self.tie_projs}")
+        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.dropatt < 1.0:
+            raise ValueError("dropout and dropatt must be in [0, 1)")
+
+
+@dataclass
+class TransformerXLOutput:
+    hidden: Tensor
+    """[b, t, d] last-layer states of the segment."""
+    mems: list[Tensor]
+    """L tensors [b, m', d]: the new memory (detached), inputs of each layer over the last mem_len steps."""
+    target_log_probs: Tensor | None = None
+    """[b, t] log p(labels) when labels were given."""
+    log_probs: Tensor | None = None
+    """[b, t, V] when return_log_probs."""
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_inner: int, dropout: float):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_inner)
+        self.fc2 = nn.Linear(d_inner, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.fc2(self.drop(F.relu(self.fc1(x)))))
+
+
+class TransformerXLLayer(nn.Module):
+    """Attention + position-wise feed-forward, each with residual and (post or pre) layer norm."""
+
+    def __init__(self, cfg: TransformerXLConfig):
+        super().__init__()
+        self.pre_lnorm = cfg.pre_lnorm
+        if cfg.attn_type in ("relative", "shaw"):
+            self.attn = RelativeMultiHeadAttention(cfg.d_model, cfg.n_head, cfg.d_head, cfg.dropatt,
+                                                   kind=cfg.attn_type, max_dist=cfg.max_klen)
+        else:
+            self.attn = AbsoluteMultiHeadAttention(cfg.d_model, cfg.n_head, cfg.d_head, cfg.dropatt)
+        if cfg.untie_r and cfg.attn_type == "relative":
+            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+            self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+        self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.ff = FeedForward(cfg.d_model, cfg.d_inner, cfg.dropout)
+        self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, h: Tensor, mem: Tensor | None, pos, mask: Tensor, biases) -> Tensor:
+        t = h.shape[1]
+        content = h if mem is None or mem.shape[1] == 0 else torch.cat([mem, h], dim=1)  # [b, k, d]
+        if self.pre_lnorm:
+            content = self.attn_norm(content)
+        if isinstance(self.attn, RelativeMultiHeadAttention):
+            u, v = biases if biases is not None else (getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None))
+            a = self.attn(content, pos, mask, u, v)
+        else:
+            a = self.attn(content, mask, t)
+        a = self.drop(a)
+        if self.pre_lnorm:
+            h = h + a
+            return h + self.ff(self.ff_norm(h))
+        h = self.attn_norm(h + a)
+        return self.ff_norm(h + self.ff(h))
+
+
+class TransformerXLLMHeadModel(nn.Module):
+    """Transformer-XL language model: adaptive input, L layers with memory, adaptive softmax.
+
+    ``model(input_ids, mems=None, labels=None, *, mem_len=None, clamp_len=None, return_log_probs=False)``
+
+    Args:
+        input_ids: [b, t] token ids of the segment.
+        mems: the ``mems`` of the previous call, or None / [] to start without memory.
+        labels: [b, t] next-token ids to score (not a loss: log-probabilities are returned).
+        mem_len, clamp_len: override the config for this call (evaluation with another
+            attention length).
+        return_log_probs: also return full [b, t, V] log-probabilities (generation).
+    """
+
+    def __init__(self, cfg: TransformerXLConfig):
+        super().__init__()
+        self.config = cfg
+        self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(TransformerXLLayer(cfg) for _ in range(cfg.n_layer))
+        if cfg.attn_type == "relative" and not cfg.untie_r:
+            self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+            self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+        if cfg.attn_type == "absolute_learned":
+            self.pos_emb = nn.Parameter(torch.empty(cfg.n_layer, cfg.max_klen, cfg.d_model))
+        self.crit = AdaptiveLogSoftmax(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val)
+        self.reset_parameters()
+        self.tie_weights()
+
+    def reset_parameters(self) -> None:
+        cfg = self.config
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+            elif name.endswith("bias") and p.dim() == 1:
+                nn.init.zeros_(p)
+            elif "projs" in name:
+                nn.init.normal_(p, 0.0, cfg.proj_init_std)
+            else:
+                nn.init.normal_(p, 0.0, cfg.init_std)
+
+    def tie_weights(self) -> None:
+        cfg = self.config
+        if cfg.tie_weight:
+            for out_layer, emb in zip(self.crit.layers, self.word_emb.layers):
+                out_layer.weight = emb.weight
+        for i, tie in enumerate(cfg.tie_projs):
+            if not tie:
+                continue
+            if cfg.div_val == 1 and cfg.d_model != cfg.d_embed:
+                self.crit.projs[i] = self.word_emb.projs[0]
+            elif cfg.div_val != 1:
+                self.crit.projs[i] = self.word_emb.projs[i]
+
+    def _positions(self, klen: int, clamp_len: int, device) -> Tensor:
+        cfg = self.config
+        dist = torch.arange(klen - 1, -1, -1, device=device)
+        if clamp_len > 0:
+            dist = dist.clamp(max=clamp_len)
+        if cfg.attn_type == "relative":
+            return self.drop(sinusoid(dist, cfg.d_model).to(self.word_emb.layers[0].weight.dtype))
+        return dist.clamp(max=cfg.max_klen - 1)
+
+    def forward(self, input_ids: Tensor, mems: list[Tensor] | None = None, labels: Tensor | None = None, *,
+                mem_len: int | None = None, clamp_len: int | None = None,
+                return_log_probs: bool = False) -> TransformerXLOutput:
+        cfg = self.config
+        mem_len = cfg.mem_len if mem_len is None else mem_len
+        clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
+        b, t = input_ids.shape
+        m = mems[0].shape[1] if mems else 0
+        klen = m + t
+        h = self.word_emb(input_ids)  # [b, t, d]
+        if cfg.attn_type == "absolute_sinusoid":
+            # Positions restart in every segment: the temporal confusion recurrence suffers from.
+            h = h + sinusoid(torch.arange(t - 1, -1, -1, device=h.device), cfg.d_model).to(h.dtype)
+        h = self.drop(h)
+        mask = causal_mask(t, m, h.device, cfg.same_length, mem_len)
+        pos = self._positions(klen, clamp_len, h.device) if cfg.attn_type in ("relative", "shaw") else None
+        shared = (self.r_w_bias, self.r_r_bias) if hasattr(self, "r_w_bias") else None
+        hids = []
+        for i, layer in enumerate(self.layers):
+            hids.append(h)
+            if cfg.attn_type == "absolute_learned":
+                h = h + self.pos_emb[i, :t].flip(0)
+            h = layer(h, mems[i] if mems else None, pos, mask, shared)
+        h = self.drop(h)
+        new_mems = self._update_mems(hids, mems, mem_len, t)
+        flat = h.reshape(b * t, -1)
+        target_lp = None
+        if labels is not None:
+            target_lp = self.crit.target_log_prob(flat, labels.reshape(-1)).view(b, t)
+        full = self.crit.log_prob(flat).view(b, t, -1) if return_log_probs else None
+        return TransformerXLOutput(hidden=h, mems=new_mems, target_log_probs=target_lp, log_probs=full)
+
+    def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None, mem_len: int, t: int) -> list[Tensor]:
+        """Keep the last mem_len layer inputs, excluding the ext_len extension (stop-gradient)."""
+        if mem_len <= 0:
+            return []
+        end = (mems[0].shape[1] if mems else 0) + max(0, t - self.config.ext_len)
+        begin = max(0, end - mem_len)
+        with torch.no_grad():
+            return [(torch.cat([mems[i], hid], 1) if mems else hid)[:, begin:end].detach()
+                    for i, hid in enumerate(hids)]

@@ -1,0 +1,156 @@
+"""Adaptive input embeddings and adaptive softmax (Baevski & Auli 2019; Grave et al. 2017).
+
+Transformer-XL (thesis §2.1) uses both on large vocabularies: the vocabulary is split at
+``cutoffs`` into a frequent head and tail clusters of decreasing embedding size
+``d_embed // div_val**i``, each projected to the model width. The softmax first predicts a token
+of the head or one of the tail clusters, then the token within the cluster:
+log p(w) = log p_head(cluster(w)) + log p_cluster(w | cluster).
+
+Axes: n flattened positions, d model width, e_i embedding width of cluster i, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def cluster_bounds(n_token: int, cutoffs: list[int]) -> list[int]:
+    """[0, c_1, ..., c_k, n_token]: cluster i holds token ids [bounds[i], bounds[i+1])."""
+    return [0, *cutoffs, n_token]
+
+
+class AdaptiveEmbedding(nn.Module):
+    """Token embedding with per-cluster width, projected to ``d_model`` and scaled by sqrt(d_model).
+
+    Args:
+        n_token: vocabulary size V.
+        d_embed: embedding width of the head cluster.
+        d_model: output width.
+        cutoffs: sorted cluster boundaries (empty: one cluster).
+        div_val: width divisor between consecutive clusters (1: one shared table).
+    Shapes:
+        ids [...] -> [..., d_model]
+    """
+
+    def __init__(self, n_token: int, d_embed: int, d_model: int, cutoffs: list[int], div_val: int = 1):
+        super().__init__()
+        self.n_token, self.d_embed, self.d_model, self.div_val = n_token, d_embed, d_model, div_val
+        self.bounds = cluster_bounds(n_token, cutoffs)
+        self.scale = math.sqrt(d_model)
+        self.layers = nn.ModuleList()
+        self.projs = nn.ParameterList()
+        if div_val == 1:
+            self.layers.append(nn.Embedding(n_token, d_embed))
+            if d_model != d_embed:
+                self.projs.append(nn.Parameter(torch.empty(d_model, d_embed)))
+        else:
+            for i in range(len(self.bounds) - 1):
+                width = d_embed // div_val ** i
+                self.layers.append(nn.Embedding(self.bounds[i + 1] - self.bounds[i], width))
+                self.projs.append(nn.Parameter(torch.empty(d_model, width)))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        if self.div_val == 1:
+            out = self.layers[0](ids)
+            if len(self.projs):
+                out = F.linear(out, self.projs[0])
+            return out * self.scale
+        flat = ids.reshape(-1)
+        out = flat.new_zeros((flat.numel(), self.d_model), dtype=self.projs[0].dtype)
+        for i, layer in enumerate(self.layers):
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            idx = ((flat >= lo) & (flat < hi)).nonzero(as_tuple=True)[0]
+            if idx.numel():
+                out.index_copy_(0, idx, F.linear(layer(flat[idx] - lo), self.projs[i]).to(out.dtype))
+        return out.view(*ids.shape, self.d_model) * self.scale
+
+
+class AdaptiveLogSoftmax(nn.Module):
+    """Projected adaptive softmax; full softmax when ``cutoffs`` is empty.
+
+    Gives the log-probability of given targets without materialising tail-cluster distributions
+    for positions whose target lies elsewhere, and full log-probabilities on request.
+
+    Args:
+        n_token, d_embed, d_model, cutoffs, div_val: as for :class:`AdaptiveEmbedding`.
+    Shapes:
+        target_log_prob: hidden [n, d_model], target [n] -> [n]
+        log_prob: hidden [n, d_model] -> [n, V]
+    """
+
+    def __init__(self, n_token: int, d_embed: int, d_model: int, cutoffs: list[int], div_val: int = 1):
+        super().__init__()
+        self.n_token, self.d_embed, self.d_model, self.div_val = n_token, d_embed, d_model, div_val
+        self.bounds = cluster_bounds(n_token, cutoffs)
+        self.n_clusters = len(cutoffs)
+        self.shortlist = self.bounds[1]
+        if self.n_clusters:
+            self.cluster_weight = nn.Parameter(torch.zeros(self.n_clusters, d_embed))
+            self.cluster_bias = nn.Parameter(torch.zeros(self.n_clusters))
+        self.layers = nn.ModuleList()
+        self.projs = nn.ParameterList()
+        if div_val == 1:
+            self.layers.append(nn.Linear(d_embed, n_token))
+            if d_model != d_embed:  # one projection per cluster, so each can be tied or not
+                self.projs.extend(nn.Parameter(torch.empty(d_model, d_embed)) for _ in range(len(self.bounds) - 1))
+        else:
+            for i in range(len(self.bounds) - 1):
+                width = d_embed // div_val ** i
+                self.layers.append(nn.Linear(width, self.bounds[i + 1] - self.bounds[i]))
+                self.projs.append(nn.Parameter(torch.empty(d_model, width)))
+
+    def _cluster_params(self, i: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Weight [V_i, e_i], bias [V_i] and projection [d_model, e_i] (or None) of cluster i."""
+        if self.div_val == 1:
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            layer = self.layers[0]
+            proj = self.projs[i] if len(self.projs) else None
+            return layer.weight[lo:hi], layer.bias[lo:hi], proj
+        return self.layers[i].weight, self.layers[i].bias, self.projs[i]
+
+    @staticmethod
+    def _logits(hidden: Tensor, weight: Tensor, bias: Tensor, proj: Tensor | None) -> Tensor:
+        if proj is not None:
+            hidden = hidden @ proj  # [n, d_model] @ [d_model, e] -> [n, e]
+        return F.linear(hidden, weight, bias)
+
+    def _head_log_prob(self, hidden: Tensor) -> Tensor:
+        """[n, shortlist + n_clusters]: shortlist tokens, then one entry per tail cluster."""
+        weight, bias, proj = self._cluster_params(0)
+        if self.n_clusters:
+            weight = torch.cat([weight, self.cluster_weight], 0)
+            bias = torch.cat([bias, self.cluster_bias], 0)
+        return F.log_softmax(self._logits(hidden, weight, bias, proj).float(), dim=-1)
+
+    def target_log_prob(self, hidden: Tensor, target: Tensor) -> Tensor:
+        head = self._head_log_prob(hidden)
+        if not self.n_clusters:
+            return head.gather(1, target[:, None]).squeeze(1)
+        out = torch.empty(target.shape, dtype=head.dtype, device=head.device)
+        in_head = target < self.shortlist
+        idx = in_head.nonzero(as_tuple=True)[0]
+        out[idx] = head[idx, target[idx]]
+        for i in range(1, self.n_clusters + 1):
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            idx = ((target >= lo) & (target < hi)).nonzero(as_tuple=True)[0]
+            if not idx.numel():
+                continue
+            weight, bias, proj = self._cluster_params(i)
+            tail = F.log_softmax(self._logits(hidden[idx], weight, bias, proj).float(), dim=-1)
+            out[idx] = head[idx, self.shortlist + i - 1] + tail.gather(1, (target[idx] - lo)[:, None]).squeeze(1)
+        return out
+
+    def log_prob(self, hidden: Tensor) -> Tensor:
+        head = self._head_log_prob(hidden)
+        if not self.n_clusters:
+            return head
+        parts = [head[:, : self.shortlist]]
+        for i in range(1, self.n_clusters + 1):
+            weight, bias, proj = self._cluster_params(i)
+            tail = F.log_softmax(self._logits(hidden, weight, bias, proj).float(), dim=-1)
+            parts.append(head[:, self.shortlist + i - 1, None] + tail)
+        return torch.cat(parts, dim=-1)
