@@ -157,7 +157,8 @@ class TransformerXLLMHeadModel(nn.Module):
     Args:
         input_ids: [b, t] token ids of the segment.
         mems: the ``mems`` of the previous call, or None / [] to start without memory.
-        labels: [b, t] next-token ids to score (not a loss: log-probabilities are returned).
+        labels: [b, n] next-token ids of the last n <= t positions to score (not a loss:
+            log-probabilities are returned).
         mem_len, clamp_len: override the config for this call (evaluation with another
             attention length).
         return_log_probs: also return full [b, t, V] log-probabilities (generation).
@@ -240,7 +241,10 @@ class TransformerXLLMHeadModel(nn.Module):
         flat = h.reshape(b * t, -1)
         target_lp = None
         if labels is not None:
-            target_lp = self.crit.target_log_prob(flat, labels.reshape(-1)).view(b, t)
+            # Labels may cover only the last positions (ext_len: the first inputs are context only).
+            n = labels.shape[1]
+            scored = h[:, t - n:].reshape(b * n, -1)
+            target_lp = self.crit.target_log_prob(scored, labels.reshape(-1)).view(b, n)
         full = self.crit.log_prob(flat).view(b, t, -1) if return_log_probs else None
         return TransformerXLOutput(hidden=h, mems=new_mems, target_log_probs=target_lp, log_probs=full)
 

@@ -1,0 +1,127 @@
+"""Dataset registry: every dataset is declared once with canonical URLs and sha256 checksums.
+
+Files are read from ``$GENFEAT_DATA`` (default ``~/.cache/genfeat``) under the dataset's canonical
+relative path, downloaded there when absent, and verified. Offline, missing or corrupt data ends
+in one :class:`~genfeat.errors.DataError` naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DataError
+from ..io import atomic_path
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One file of a dataset.
+
+    Attributes:
+        relpath: path under the data root (the canonical layout).
+        url: where to download it (or the archive holding it).
+        sha256: expected checksum of the file itself (None: not known here; ``size`` is checked).
+        archive_member: member to extract when ``url`` is a zip archive.
+        size: expected size in bytes, checked when given.
+    """
+
+    relpath: str
+    url: str
+    sha256: str | None
+    archive_member: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    files: dict[str, FileSpec]
+    citation: str = ""
+    note: str = ""
+
+
+_REGISTRY: dict[str, DatasetSpec] = {}
+_VERIFIED: set[tuple[str, int, float]] = set()
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_dataset(name: str) -> DatasetSpec:
+    if name not in _REGISTRY:
+        raise DataError(f"unknown dataset '{name}'", f"use one of: {', '.join(sorted(_REGISTRY))}, or a file path")
+    return _REGISTRY[name]
+
+
+def datasets() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def data_root() -> Path:
+    return Path(os.environ.get("GENFEAT_DATA") or Path.home() / ".cache" / "genfeat").expanduser()
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(path: Path, spec: FileSpec) -> None:
+    """Check the size and sha256 of ``path`` (hashing once per process for an unchanged file)."""
+    stat = path.stat()
+    if spec.size is not None and stat.st_size != spec.size:
+        raise DataError(f"'{path}' has {stat.st_size} bytes, expected {spec.size}",
+                        f"the file is truncated or another version; delete it and fetch it again from {spec.url}")
+    if spec.sha256 is None:
+        return
+    key = (str(path), stat.st_size, stat.st_mtime)
+    if key in _VERIFIED:
+        return
+    actual = sha256_of(path)
+    if actual != spec.sha256:
+        raise DataError(f"checksum mismatch for '{path}': expected sha256 {spec.sha256}, got {actual}",
+                        f"the file is corrupt or another version; delete it so genfeat downloads it from {spec.url}, "
+                        f"or replace it with the canonical file")
+    _VERIFIED.add(key)
+
+
+def _download(spec: FileSpec, dest: Path) -> None:
+    """Fetch ``spec.url`` to ``dest`` atomically (extracting ``archive_member`` from a zip)."""
+    try:
+        with atomic_path(dest) as tmp:
+            with urllib.request.urlopen(spec.url, timeout=60) as resp, open(tmp, "wb") as out:
+                shutil.copyfileobj(resp, out)
+            if spec.archive_member is not None:
+                with zipfile.ZipFile(tmp) as zf, zf.open(spec.archive_member) as member:
+                    data = member.read()
+                tmp.write_bytes(data)
+    except (OSError, zipfile.BadZipFile, KeyError) as e:
+        raise DataError(f"'{dest}' is missing and downloading it from {spec.url} failed ({e})",
+                        f"download it by hand to '{dest}', or set GENFEAT_DATA to a directory that holds "
+                        f"'{spec.relpath}'") from None
+
+
+def resolve(name: str, key: str, download: bool = True) -> Path:
+    """Local path of file ``key`` of dataset ``name``: found or downloaded, and verified."""
+    ds = get_dataset(name)
+    if key not in ds.files:
+        raise DataError(f"dataset '{name}' has no file '{key}'", f"use one of: {', '.join(ds.files)}")
+    spec = ds.files[key]
+    path = data_root() / spec.relpath
+    if not path.is_file():
+        if not download:
+            raise DataError(f"'{path}' is missing", f"set GENFEAT_DATA to a directory holding '{spec.relpath}'")
+        _download(spec, path)
+    verify(path, spec)
+    return path

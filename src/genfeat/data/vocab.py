@@ -1,0 +1,234 @@
+"""Vocabularies: word level, character level, byte level and subword (tokenizers BPE, sentencepiece).
+
+A vocabulary maps text to token ids and back and is saved beside a checkpoint as JSON (subword
+models embed their serialised tokenizer), so a checkpoint always carries the vocabulary it was
+trained with.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from ..errors import CheckpointError, ConfigError
+from ..io import write_json_atomic
+
+EOS, UNK = "<eos>", "<unk>"
+
+
+@dataclass
+class VocabConfig:
+    """How a corpus is tokenised."""
+
+    kind: Literal["word", "char", "byte", "bpe", "sentencepiece"] = "word"
+    """word: whitespace tokens; char: characters; byte: the 256 byte values; bpe / sentencepiece: subwords."""
+    add_eos: bool = True
+    """Append <eos> at every line end (word and subword level, as in the Mikolov PTB setup)."""
+    min_freq: int = 1
+    """Word level: types rarer than this in the training split become <unk>."""
+    max_size: int = 0
+    """Word level: keep at most this many types, most frequent first (0: all)."""
+    vocab_size: int = 8000
+    """Subword vocabulary size."""
+
+    def __post_init__(self):
+        if self.min_freq < 1 or self.max_size < 0 or self.vocab_size < 1:
+            raise ValueError("min_freq and vocab_size must be >= 1 and max_size >= 0")
+
+
+class Vocab:
+    """Base class: ``encode(text) -> ids``, ``decode(ids) -> text``, ``len``, ``save``/``load_vocab``."""
+
+    kind = "base"
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: Iterable[int]) -> str:
+        raise NotImplementedError
+
+    def payload(self) -> dict:
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(path, {"kind": self.kind, **self.payload()})
+
+
+class SymbolVocab(Vocab):
+    """A list of symbols (words or characters), ordered by training frequency (most frequent first).
+
+    Frequency order lets adaptive-softmax cutoffs put frequent types in the head cluster.
+    """
+
+    def __init__(self, symbols: list[str], kind: str, unk: str | None = None, add_eos: bool = True):
+        self.kind = kind
+        self.symbols = symbols
+        self.index = {s: i for i, s in enumerate(symbols)}
+        self.unk = unk
+        self.add_eos = add_eos
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def lookup(self, symbol: str) -> int:
+        i = self.index.get(symbol)
+        if i is None:
+            if self.unk is None:
+                raise ConfigError(f"symbol {symbol!r} is not in the {len(self)}-type {self.kind} vocabulary",
+                                  "use text from the training corpus's alphabet, or build the vocabulary with unk")
+            return self.index[self.unk]
+        return i
+
+    def split(self, text: str) -> list[str]:
+        if self.kind == "char":
+            return list(text)
+        out = []
+        for line in text.splitlines():
+            out.extend(line.split())
+            if self.add_eos:
+                out.append(EOS)
+        if text and not text.endswith("\n") and self.add_eos:
+            out.pop()  # a prompt without a final newline is not a finished line
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        return [self.lookup(s) for s in self.split(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        syms = [self.symbols[i] for i in ids]
+        if self.kind == "char":
+            return "".join(syms)
+        return " ".join(syms).replace(f" {EOS} ", "\n").replace(EOS, "\n")
+
+    def payload(self) -> dict:
+        return {"symbols": self.symbols, "unk": self.unk, "add_eos": self.add_eos}
+
+    @classmethod
+    def build(cls, tokens: Iterable[str], kind: str, min_freq: int = 1, max_size: int = 0,
+              specials: tuple[str, ...] = (), unk: str | None = None, add_eos: bool = True) -> "SymbolVocab":
+        counts = Counter(tokens)
+        for s in specials:
+            counts.pop(s, None)
+        ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        kept = [s for s, c in ordered if c >= min_freq]
+        symbols = list(specials) + kept
+        if max_size:
+            symbols = symbols[:max_size]
+        if unk is not None and unk not in symbols:
+            symbols.append(unk)
+        return cls(symbols, kind, unk, add_eos)
+
+
+class ByteVocab(Vocab):
+    """The 256 byte values (enwik8)."""
+
+    kind = "byte"
+
+    def __len__(self) -> int:
+        return 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def payload(self) -> dict:
+        return {}
+
+
+class BPEVocab(Vocab):
+    """Byte-level BPE from the ``tokenizers`` library (trained on the training split or loaded)."""
+
+    kind = "bpe"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> "BPEVocab":
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(texts, trainer)
+        return cls(tok)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def payload(self) -> dict:
+        return {"tokenizer": self.tokenizer.to_str()}
+
+
+class SentencePieceVocab(Vocab):
+    """A sentencepiece model (unigram by default), trained on the training split or loaded."""
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_proto: bytes):
+        import sentencepiece as spm
+
+        self.proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> "SentencePieceVocab":
+        import io
+
+        import sentencepiece as spm
+
+        buf = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=buf, vocab_size=vocab_size,
+                                       hard_vocab_limit=False, minloglevel=2)
+        return cls(buf.getvalue())
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode(list(ids))
+
+    def payload(self) -> dict:
+        return {"model": base64.b64encode(self.proto).decode("ascii")}
+
+
+def load_vocab(path: str | Path) -> Vocab:
+    """Read a vocabulary saved by :meth:`Vocab.save`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        kind = data["kind"]
+        if kind in ("word", "char"):
+            return SymbolVocab(list(data["symbols"]), kind, data.get("unk"), data.get("add_eos", True))
+        if kind == "byte":
+            return ByteVocab()
+        if kind == "bpe":
+            from tokenizers import Tokenizer
+
+            return BPEVocab(Tokenizer.from_str(data["tokenizer"]))
+        if kind == "sentencepiece":
+            return SentencePieceVocab(base64.b64decode(data["model"]))
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"cannot read vocabulary '{path}' ({type(e).__name__}: {e})",
+                              "the file is corrupt or not a genfeat vocabulary; restore it from the checkpoint") from None
+    raise CheckpointError(f"vocabulary '{path}' has unknown kind {kind!r}", "it was written by another program")
