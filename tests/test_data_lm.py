@@ -1,0 +1,139 @@
+"""Data: published corpus statistics, registry errors, vocabularies, LM batching."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from genfeat.data import registry
+from genfeat.data.corpora import load_corpus, load_split
+from genfeat.data.lm import LMOrderedStream, LMShuffledStream, iter_lm_segments
+from genfeat.data.vocab import BPEVocab, SentencePieceVocab, SymbolVocab, load_vocab
+from genfeat.errors import DataError
+
+DATA = os.environ.get("GENFEAT_DATA")
+needs_data = pytest.mark.skipif(not DATA or not (Path(DATA) / "ptb" / "ptb.train.txt").is_file(),
+                                reason="needs GENFEAT_DATA with the shared corpora")
+
+
+@needs_data
+def test_ptb_published_counts():
+    corpus = load_corpus("ptb")
+    assert {k: v.numel() for k, v in corpus.splits.items()} == {"train": 929589, "valid": 73760, "test": 82430}
+    assert len(corpus.vocab) == 10000
+
+
+@needs_data
+def test_wikitext2_and_shakespeare_counts():
+    # No WikiText-2 train file here: encode valid/test with a vocabulary of their own types.
+    words = (Path(DATA) / "wikitext-2" / "wiki.valid.tokens").read_text().split()
+    words += (Path(DATA) / "wikitext-2" / "wiki.test.tokens").read_text().split()
+    vocab = SymbolVocab.build(words + ["<eos>"], "word", specials=("<eos>",))
+    assert load_split("wikitext2:valid", vocab)[0].numel() == 217646
+    assert load_split("wikitext2:test", vocab)[0].numel() == 245569
+    shakespeare = load_corpus("tinyshakespeare")
+    assert len(shakespeare.vocab) == 65
+    assert shakespeare.splits["train"].numel() == 1003854 and shakespeare.splits["val"].numel() == 111540
+    text = (Path(DATA) / "tinyshakespeare" / "input.txt").read_text()
+    assert shakespeare.vocab.decode(shakespeare.splits["val"][:50].tolist()) == text[1003854:1003904]
+
+
+@needs_data
+def test_checksum_mismatch_and_missing_file(tmp_path, monkeypatch):
+    bad = tmp_path / "ptb"
+    bad.mkdir()
+    (bad / "ptb.test.txt").write_text("corrupted\n")
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    with pytest.raises(DataError, match=r"checksum mismatch for '.*ptb.test.txt'"):
+        registry.resolve("ptb", "test")
+
+    def offline(*args, **kwargs):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(registry.urllib.request, "urlopen", offline)
+    with pytest.raises(DataError, match=r"ptb.valid.txt' is missing and downloading it from https://.*fix: "):
+        registry.resolve("ptb", "valid")
+    assert not (bad / "ptb.valid.txt").exists(), "a failed download must not leave a partial file"
+
+
+def test_npy_and_text_files(tmp_path):
+    ids = np.array([3, 1, 4, 1, 5], dtype=np.int32)
+    np.save(tmp_path / "ids.npy", ids)
+    tokens, _ = load_split(str(tmp_path / "ids.npy"))
+    assert tokens.tolist() == [3, 1, 4, 1, 5] and tokens.dtype == torch.long
+    np.save(tmp_path / "bad.npy", np.zeros((2, 2)))
+    with pytest.raises(DataError, match="not 1-D token ids"):
+        load_split(str(tmp_path / "bad.npy"))
+    (tmp_path / "t.txt").write_text("a b a\nc a\n")
+    tokens, vocab = load_split(str(tmp_path / "t.txt"))
+    assert vocab.decode(tokens.tolist()).split() == ["a", "b", "a", "c", "a"]
+    with pytest.raises(DataError, match="neither a registered corpus nor an existing file"):
+        load_split(str(tmp_path / "nope.txt"))
+
+
+def test_ordered_stream_is_contiguous_resumable_and_shardable():
+    tokens = torch.arange(1000)
+    s = LMOrderedStream(tokens, batch_size=4, tgt_len=7)
+    first = next(s)
+    assert first.new_epoch and first.input.shape == (4, 7)
+    assert torch.equal(first.target, first.input + 1)
+    second = next(s)
+    assert torch.equal(second.input[:, 0], first.input[:, -1] + 1), "segments must be consecutive"
+    for _ in range(5):
+        next(s)
+    state = s.state_dict()
+    expected = [next(s) for _ in range(40)]  # crosses an epoch boundary
+    assert any(b.new_epoch for b in expected)
+    t = LMOrderedStream(tokens, batch_size=4, tgt_len=7)
+    t.load_state_dict(state)
+    assert all(torch.equal(a.input, next(t).input) for a in expected)
+    shards = [LMOrderedStream(tokens, 4, 7) for _ in range(2)]
+    for r, sh in enumerate(shards):
+        sh.shard(r, 2)
+    whole = LMOrderedStream(tokens, 4, 7)
+    for _ in range(3):
+        assert torch.equal(torch.cat([next(sh).input for sh in shards]), next(whole).input)
+    with pytest.raises(ValueError):
+        LMOrderedStream(tokens, 3, 7).shard(0, 2)
+
+
+def test_shuffled_stream_covers_segments_and_resumes():
+    tokens = torch.arange(401)
+    s = LMShuffledStream(tokens, batch_size=2, tgt_len=10, seed=3)
+    n = s.n_batches
+    starts = sorted(int(next(s).input[0, 0]) for _ in range(n))
+    assert starts == list(range(0, 200, 10))
+    state = s.state_dict()
+    a = [next(s).input for _ in range(5)]
+    t = LMShuffledStream(tokens, batch_size=2, tgt_len=10, seed=3)
+    t.load_state_dict(state)
+    assert all(torch.equal(x, next(t).input) for x in a)
+
+
+@pytest.mark.parametrize("b, t", [(1, 7), (3, 5)])
+def test_eval_segments_predict_every_token_once(b, t):
+    tokens = torch.arange(100)
+    targets = torch.cat([batch.target for batch in iter_lm_segments(tokens, b, t)], 1)
+    if b == 1:
+        assert targets.flatten().tolist() == list(range(1, 100))
+    else:
+        per = 100 // b
+        assert targets.tolist() == [list(range(r * per + 1, (r + 1) * per)) for r in range(b)]
+
+
+def test_vocab_round_trips(tmp_path):
+    v = SymbolVocab.build("the cat the dog <eos>".split(), "word", specials=("<eos>",), unk="<unk>")
+    v.save(tmp_path / "v.json")
+    w = load_vocab(tmp_path / "v.json")
+    assert w.symbols == v.symbols and w.encode("the bird\n") == v.encode("the bird\n")
+    text = ["low lower lowest", "new newer newest", "wide wider widest"] * 20
+    for vocab in (BPEVocab.train(text, 60), SentencePieceVocab.train(text, 30)):
+        vocab.save(tmp_path / f"{vocab.kind}.json")
+        again = load_vocab(tmp_path / f"{vocab.kind}.json")
+        assert again.decode(again.encode("lower newest")) == "lower newest"
+        assert again.encode("wider") == vocab.encode("wider")
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(Exception, match="cannot read vocabulary"):
+        load_vocab(tmp_path / "broken.json")
