@@ -114,8 +114,12 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
     tokens, _ = load_split(args.data, vocab=vocab0)
     if args.max_tokens:
         tokens = tokens[: args.max_tokens]
-    result = run_recl(models, tokens, contexts=args.contexts, r=args.r, delta=args.delta,
-                      threshold=args.threshold, out_dir=args.out)
+    try:
+        result = run_recl(models, tokens, contexts=args.contexts, r=args.r, delta=args.delta,
+                          threshold=args.threshold, out_dir=args.out, seg_len=args.seg_len,
+                          batch_size=args.batch_size)
+    except ValueError as e:
+        raise ConfigError(str(e), "pass increasing --contexts with c + --delta on the grid") from None
     _emit(result, args.json, result.get("table", _fmt(result)))
 
 
@@ -181,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", action="append", required=True, help="NAME=CHECKPOINT, once per model of the group")
     c.add_argument("--data", required=True)
     c.add_argument("--contexts", type=int, nargs="+", required=True, help="context lengths c to score")
-    c.add_argument("--r", type=float, default=1.0, help="fraction of hardest tokens (top-r)")
+    c.add_argument("--r", type=float, nargs="+", default=[0.1, 0.5, 1.0], help="fractions of hardest tokens (top-r)")
+    c.add_argument("--seg-len", type=int, default=16, help="segment length; memory = context - segment")
+    c.add_argument("--batch-size", type=int, default=10)
     c.add_argument("--delta", type=int, default=None, help="context step Δ (default: the grid spacing)")
     c.add_argument("--threshold", type=float, default=0.01, help="relative-gain threshold")
     c.add_argument("--max-tokens", type=int, default=0)
