@@ -13,6 +13,7 @@ class Inner:
     lr: float = 1e-3
     cutoffs: list[int] = field(default_factory=list)
     mode: Literal["a", "b"] = "a"
+    betas: tuple[float, float] = (0.9, 0.999)
 
 
 @dataclass
@@ -27,8 +28,9 @@ class Outer:
 
 
 def test_round_trip_and_coercion():
-    cfg = from_dict(Outer, {"inner": {"lr": 1, "cutoffs": [2, 5]}, "steps": 3.0})
+    cfg = from_dict(Outer, {"inner": {"lr": 1, "cutoffs": [2, 5], "betas": [0.8, 1]}, "steps": 3.0})
     assert cfg.inner.lr == 1.0 and isinstance(cfg.inner.lr, float)
+    assert cfg.inner.betas == (0.8, 1.0)
     assert cfg.steps == 3 and isinstance(cfg.steps, int)
     assert from_dict(Outer, to_dict(cfg)) == cfg
 
@@ -42,6 +44,7 @@ def test_round_trip_and_coercion():
     ({"inner": 3}, r"section 'inner'"),
     ({"steps": -1}, r"steps must be >= 0"),
     ({"steps": True}, r"'steps'"),
+    ({"inner": {"betas": [0.9]}}, r"'inner.betas' needs 2 items"),
 ])
 def test_bad_fields_name_the_path(data, match):
     with pytest.raises(ConfigError, match=match):

@@ -59,7 +59,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             if len(args) != len(value):
                 raise ConfigError(f"config field '{path}' needs {len(args)} items, got {len(value)}",
                                   f"give '{path}' exactly {len(args)} items")
-            return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+            return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
         item = args[0] if args else Any
         out = [_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out

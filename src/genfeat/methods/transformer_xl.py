@@ -155,7 +155,7 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
     def evaluate(m):
         return lm_figures("valid", score(m, valid_subset))
 
-    train_cfg = replace(cfg.train, seed=seed)
+    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
     resume_from = None
     if resume:
