@@ -175,3 +175,16 @@ def test_bf16_autocast_forward():
 def test_bad_configs_are_rejected(fields, match):
     with pytest.raises(ConfigError, match=match):
         from_dict(TransformerXLConfig, {"cutoffs": [2, 5], **fields})
+
+
+def test_layer_checkpointing_gives_the_same_gradients():
+    x, y = data()
+    grads = []
+    for flag in (False, True):
+        model = tiny(checkpoint_layers=flag, dropout=0.1).train()
+        torch.manual_seed(5)
+        out = model(x, labels=y)
+        model(x, mems=out.mems, labels=y).target_log_probs.sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -96,11 +96,6 @@ class RelativeMultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_head, self.d_head).transpose(1, 2)  # [b, h, n, e]
 
-    def project_content(self, content: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q, k, v of the content stream; [b, k, d] -> three [b, h, k, e]."""
-        q, k, v = self.qkv(content).chunk(3, dim=-1)
-        return self._split(q), self._split(k), self._split(v)
-
     def forward(self, content: Tensor, pos: Tensor, mask: Tensor | None, r_w_bias: Tensor | None = None,
                 r_r_bias: Tensor | None = None, query: Tensor | None = None,
                 seg_mat: Tensor | None = None, seg_embed: Tensor | None = None,
@@ -121,11 +116,12 @@ class RelativeMultiHeadAttention(nn.Module):
             [b, t, d] attention output (before the residual connection).
         """
         b, klen, _ = content.shape
-        q_all, k, v = self.project_content(content)
+        hd = self.n_head * self.d_head
+        # Keys and values over memory + segment, queries only where they are asked for.
+        k, v = (self._split(x) for x in F.linear(content, self.qkv.weight[hd:]).chunk(2, dim=-1))
         if query is None:
-            q = q_all[:, :, -self._tlen(content, mask):]
-        else:
-            q = self._split(F.linear(query, self.qkv.weight[: self.n_head * self.d_head]))
+            query = content[:, klen - (mask.shape[-2] if mask is not None else klen):]
+        q = self._split(F.linear(query, self.qkv.weight[:hd]))
         t = q.shape[2]
         if self.kind == "relative":
             r = self.r_net(pos).view(klen, self.n_head, self.d_head).permute(1, 2, 0)  # [h, e, k]
@@ -135,23 +131,19 @@ class RelativeMultiHeadAttention(nn.Module):
             r = self.r_emb[pos].permute(1, 2, 0)                                       # [h, e, k]
             ac = torch.matmul(q, k.transpose(-1, -2))
             bd = rel_shift(torch.matmul(q, r) + self.r_bias[pos].t()[None, :, None, :])
-        score = ac + bd
+        # In place: matmul outputs are not saved for backward, so the sum can reuse ac's storage.
+        score = ac.add_(bd)
         if seg_mat is not None:
             ef = torch.einsum("bhte,she->bhts", q + r_s_bias[:, None, :], seg_embed)    # [b, h, t, 2]
             score = score + torch.einsum("bhts,btks->bhtk", ef, seg_mat.to(ef.dtype))
-        score = score * self.scale
+        score = score.mul_(self.scale)
         if mask is not None:
-            m = mask if mask.dim() == 2 else mask[:, None]
-            score = score.masked_fill(m, torch.finfo(score.dtype).min)
-        prob = self.dropatt(torch.softmax(score.float(), dim=-1).to(v.dtype))
+            score = score.masked_fill_(mask if mask.dim() == 2 else mask[:, None], torch.finfo(score.dtype).min)
+        prob = torch.softmax(score, dim=-1, dtype=torch.float32).to(v.dtype)
+        if self.dropatt.p > 0:
+            prob = self.dropatt(prob)
         out = torch.matmul(prob, v).transpose(1, 2).reshape(b, t, self.n_head * self.d_head)
         return self.out(out)
-
-    @staticmethod
-    def _tlen(content: Tensor, mask: Tensor | None) -> int:
-        if mask is None:
-            return content.shape[1]
-        return mask.shape[-2]
 
 
 class AbsoluteMultiHeadAttention(nn.Module):

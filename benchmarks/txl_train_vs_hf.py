@@ -1,0 +1,191 @@
+"""Transformer-XL training speed and peak memory: genfeat side by side with Hugging Face.
+
+Config (issue #2): d_model 256, 4 layers, 4 heads (d_head 64), d_inner 1024, tgt_len 128,
+mem_len 128, vocab 10,000 with adaptive softmax cutoffs [2000, 6000] (div_val 1), batch 8,
+2 threads, dropout 0, AdamW. Both models start from the same weights (HF initialises, genfeat loads
+its save_pretrained directory) and see the same PTB batches (random ids without GENFEAT_DATA).
+
+Speed: after warm-up, rounds alternate ROUND_STEPS steps of each side in this one process
+(forward with carried memory, backward, Adam step); tokens/s is the median over rounds of
+batch x tgt_len input tokens per second. HF scores t-1 positions per segment (it shifts its
+labels inside), genfeat scores t; both consume the same input tokens.
+
+Memory: each side trains in a fresh subprocess of this script; peak memory is the process's
+peak resident set size during training (VmHWM, reset after building the models) minus its resident
+set size just before the first step
+(so imports, weights and data are excluded and activations, gradients and optimizer state count),
+with glibc's mmap threshold fixed so that freed tensors leave the resident set.
+
+genfeat is also measured with layer checkpointing (``checkpoint_layers``), reported separately as
+``checkpointed_speedup`` and ``checkpointed_memory_ratio``; the headline figures use the default.
+
+Loss: on the first batch, fp32, same weights, fresh memory (HF given zero-length mems), the mean
+loss of the t-1 positions both score.
+
+Last stdout line: JSON with speedup, memory_ratio, loss_abs_diff and the raw figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+B, T, M, V, CUTOFFS = 8, 128, 128, 10000, [2000, 6000]
+HF_KW = dict(vocab_size=V, cutoffs=CUTOFFS, div_val=1, d_model=256, d_embed=256, n_head=4, d_head=64, d_inner=1024,
+             n_layer=4, mem_len=M, dropout=0.0, dropatt=0.0, clamp_len=-1, same_length=False, untie_r=True)
+WARMUP, ROUNDS, ROUND_STEPS = 3, 6, 4
+
+
+def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    data_dir = os.environ.get("GENFEAT_DATA")
+    if data_dir and (Path(data_dir) / "ptb" / "ptb.train.txt").is_file():
+        from genfeat.data.corpora import load_corpus
+        from genfeat.data.lm import LMOrderedStream
+
+        stream = LMOrderedStream(load_corpus("ptb").splits["train"], B, T)
+        return [(b.input, b.target) for b in (next(stream) for _ in range(n))]
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, V, (B, n * T + 1), generator=g)
+    return [(ids[:, i * T:(i + 1) * T], ids[:, i * T + 1:(i + 1) * T + 1]) for i in range(n)]
+
+
+def build(tmp: Path):
+    from transformers import TransfoXLConfig, TransfoXLLMHeadModel
+
+    import genfeat
+
+    torch.manual_seed(0)
+    hf = TransfoXLLMHeadModel(TransfoXLConfig(**HF_KW))
+    hf.save_pretrained(tmp)
+    ours = genfeat.from_pretrained(tmp)
+    return hf.train(), ours.train()
+
+
+class Side:
+    """One implementation's training state: model, optimizer, memory."""
+
+    def __init__(self, name, model):
+        from genfeat.framework import OptimConfig
+
+        self.name, self.model, self.mems = name, model, None
+        # Each side's library default: genfeat's OptimConfig (fused AdamW) and torch's AdamW,
+        # which the HF Trainer's default optimizer ("adamw_torch") builds.
+        if name == "hf":
+            self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        else:
+            self.opt = OptimConfig(name="adamw", lr=1e-4).build(model.parameters())
+
+    def step(self, x, y) -> float:
+        if self.name == "hf":
+            out = self.model(x, mems=self.mems, labels=x)
+            loss = out.losses.mean()
+        else:
+            out = self.model(x, mems=self.mems, labels=y)
+            loss = -out.target_log_probs.mean()
+        self.mems = out.mems
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+
+def loss_diff(hf, ours, x, y) -> float:
+    with torch.no_grad():
+        hf.eval(), ours.eval()
+        empty = [torch.zeros(0, B, 256) for _ in range(4)]
+        hf_loss = hf(x, mems=empty, labels=x).losses.mean()
+        our_loss = -ours(x, labels=y).target_log_probs[:, :-1].mean()
+        hf.train(), ours.train()
+    return abs(float(hf_loss) - float(our_loss))
+
+
+def memory_probe(which: str) -> None:
+    torch.set_num_threads(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf, ours = build(Path(tmp))
+    if which == "genfeat-ckpt":
+        ours.config.checkpoint_layers = True
+    side = Side("hf" if which == "hf" else "genfeat", hf if which == "hf" else ours)
+    del hf, ours
+    data = batches(WARMUP + 3)
+    rss_before = _status_kb("VmRSS")
+    # Reset the kernel's peak-RSS mark so building the two models does not count.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    for x, y in data:
+        side.step(x, y)
+    print(json.dumps({"peak_kb": _status_kb("VmHWM") - rss_before}))
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-ckpt"])
+    args = parser.parse_args()
+    if args.memory_probe:
+        memory_probe(args.memory_probe)
+        return
+    torch.set_num_threads(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf, ours = build(Path(tmp))
+    data = batches(WARMUP + ROUNDS * ROUND_STEPS)
+    diff = loss_diff(hf, ours, *data[0])
+    sides = {"hf": Side("hf", hf), "genfeat": Side("genfeat", ours)}
+    for side in sides.values():
+        for x, y in data[:WARMUP]:
+            side.step(x, y)
+    rates: dict[str, list[float]] = {"hf": [], "genfeat": []}
+    for r in range(ROUNDS):
+        chunk = data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]
+        order = ["hf", "genfeat"] if r % 2 == 0 else ["genfeat", "hf"]
+        for name in order:
+            t0 = time.perf_counter()
+            for x, y in chunk:
+                sides[name].step(x, y)
+            rates[name].append(len(chunk) * B * T / (time.perf_counter() - t0))
+    # glibc's dynamic mmap threshold keeps freed blocks of up to 32 MB in the heap, so the peak
+    # resident size would measure allocator history; a fixed threshold makes it the live peak.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    peaks = {}
+    for name in ("hf", "genfeat", "genfeat-ckpt"):
+        proc = subprocess.run([sys.executable, __file__, "--memory-probe", name], capture_output=True, text=True,
+                              check=True, env=env)
+        peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
+    ours.config.checkpoint_layers = True
+    sides["genfeat-ckpt"] = Side("genfeat", ours)
+    sides["genfeat-ckpt"].opt, sides["genfeat-ckpt"].mems = sides["genfeat"].opt, sides["genfeat"].mems
+    ckpt_rates = []
+    for r in range(2):
+        chunk = data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]
+        t0 = time.perf_counter()
+        for x, y in chunk:
+            sides["genfeat-ckpt"].step(x, y)
+        ckpt_rates.append(len(chunk) * B * T / (time.perf_counter() - t0))
+    hf_tps, ours_tps = statistics.median(rates["hf"]), statistics.median(rates["genfeat"])
+    result = {"speedup": ours_tps / hf_tps, "memory_ratio": peaks["genfeat"] / peaks["hf"], "loss_abs_diff": diff,
+              "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": peaks["genfeat"] / 1024,
+              "hf_peak_mb": peaks["hf"] / 1024,
+              "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
+              "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"], "rounds": ROUNDS, "steps_per_round": ROUND_STEPS,
+              "threads": torch.get_num_threads(), "torch": torch.__version__}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
