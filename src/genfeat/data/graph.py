@@ -1,0 +1,242 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) in the original ``ind.<name>.*`` pickle format.
+
+Yang, Cohen & Salakhutdinov 2016 (thesis §3.3) released the public split as Python-2 pickles:
+``x``/``y`` are the labelled training instances, ``allx``/``ally`` all instances that are not
+test instances (training first), ``tx``/``ty`` the test instances, ``graph`` a ``defaultdict(list)``
+of adjacency lists over node ids and ``test.index`` the node ids of the test rows. The pickles come
+from the internet, so they are read with :class:`RestrictedUnpickler`, which admits only the numpy,
+scipy.sparse and collections globals these files contain.
+
+Node numbering: rows of ``allx`` are nodes ``0..len(allx)-1``; the test rows go to the ids in
+``test.index``. CiteSeer's graph has 3,327 nodes but only 3,312 have features: 15 ids inside the
+test-id range are isolated nodes with no row in ``tx``. They are kept as nodes with an all-zero
+feature row and no label (``label == -1``), belong to no split, and are counted in
+:attr:`PlanetoidGraph.n_featureless`.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import DataError
+from .registry import DatasetSpec, FileSpec, register, resolve
+
+PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+_URL = "https://github.com/kimiyoung/planetoid/raw/master/data/ind.{name}.{part}"
+_SHA = {
+    "citeseer": {
+        "allx": (595021, "2ac30345d95c9ec933a817ee0bdd6a5f077f8c184a20e696910192d534414668"),
+        "ally": (55623, "f704b2d986dde6c2669934de1f3ae5696a6cf9455c0f6b2646a2d135ea0a1c95"),
+        "graph": (61987, "d79a4ef9d3e7169aee8946145f6b7306e35bc79bffad26346cfb94e10e9912a7"),
+        "test.index": (5000, "2af990671580b6b2df5d158d1038f8292e30c9cd821b5453f399659b25b723d4"),
+        "tx": (260321, "539a8906a2da97628d212f2fdd668c109a8b3f0d36574b59e5d3fd5b5303da21"),
+        "ty": (24135, "55e5bd1ba1e733a04598753ad1a8d57957f4b8f89e74519f41f4f4938767e4ce"),
+        "x": (31087, "d20de19150741e555de0ed037195630fc194114ebc7fd72ced62810148aa22f6"),
+        "y": (3014, "8ba87e515d8e3ee3cf52f6d2c5b86aa73f11ecad825a808455209ec26cd54924"),
+    },
+    "cora": {
+        "allx": (257305, "9419ba2f26f5c35243db64aba110e0f35a04851609e0dc5433450676ca6b8543"),
+        "ally": (47959, "2b998f5cc7fedc86e7f97ca2498f47a1ffc1462c29e2d578b23bf3f62b6e7d71"),
+        "graph": (59847, "58f13302f39dde8852dad6fe6d15b89b077b6d7f837626bce671ef80344b383d"),
+        "test.index": (5000, "297ce89af2b51a6a194181c7dbe1796c6a1cf9cd9349a88383b1b1e227867875"),
+        "tx": (148025, "b9afbaa4a400df991f6f02ef677e1e44da55ffc04801fd02f9e673987829226a"),
+        "ty": (28135, "41f5ac76596a1699cc33f53084a2419e92961c42bb75f36fc38e616d348532ad"),
+        "x": (22119, "23cfa55d91c6f624233f5eb7b6e3f141f1bd2b2ae39608a63cf5d084bb27baab"),
+        "y": (4054, "94465c14eb53e04ca262198dcbb2521ee8af60fb3f3d546cd6ca24a511b0e7d1"),
+    },
+    "pubmed": {
+        "allx": (None, None),
+        "ally": (224739, "0c37bbe3b5014ec365e9d393cf4791925e5ed94fb194305d74f064a8d7b50f0e"),
+        "graph": (471808, "5b89f0036ca22909471f1e6558eb42fa06e0c730a577bde5b058b40638f81dc9"),
+        "test.index": (6000, "b101d421688bbaecbd82e8a18f1e282378d6830f3a37666f28ebc47f844341b5"),
+        "tx": (405505, "4eb5f5d0f30f26497eb0ac6ac9719d09c67e284f1ed0385c93f3ef27a671da3d"),
+        "ty": (12135, "ee2e0d4819d9fbcc403689c3bf2e49face401b605932f093bc58ab6461130fdd"),
+        "x": (23172, "fbe9cb5c47200d1b7769a26e579be3b7130b556831f9d850e77c4c74f2599b33"),
+        "y": (854, "e6c807633307a07ed659249006536a147c7999c797f11a2560752990181b41b3"),
+    },
+}
+
+for _name, _parts in _SHA.items():
+    register(DatasetSpec(
+        name=f"planetoid_{_name}",
+        files={part: FileSpec(relpath=f"planetoid/ind.{_name}.{part}", url=_URL.format(name=_name, part=part),
+                              sha256=sha, size=size)
+               for part, (size, sha) in _parts.items()},
+        citation="Yang, Cohen & Salakhutdinov, Revisiting Semi-Supervised Learning with Graph Embeddings, ICML 2016",
+        note="public Planetoid split; pubmed allx checksum not recorded in shared/data (the file is absent there)",
+    ))
+
+_ALLOWED_GLOBALS = {
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
+    ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
+    ("collections", "defaultdict"), ("builtins", "list"), ("__builtin__", "list"),
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler that resolves only the globals of the Planetoid files; anything else is a DataError.
+
+    A plain ``pickle.load`` on a downloaded file runs whatever callable the file names
+    (``os.system``...); this one refuses every global outside ``_ALLOWED_GLOBALS``.
+    """
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _ALLOWED_GLOBALS:
+            raise DataError(f"pickle refers to the global '{module}.{name}', which a Planetoid file never contains",
+                            "the file is not a genuine Planetoid pickle; fetch the original from kimiyoung/planetoid")
+        return super().find_class(module, name)
+
+
+def restricted_load(data: bytes, where: str = "<bytes>"):
+    """Unpickle Python-2 Planetoid bytes with :class:`RestrictedUnpickler` (latin1 for numpy buffers)."""
+    try:
+        return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+    except DataError as e:
+        raise DataError(f"'{where}': {e.cause}", e.fix) from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        raise DataError(f"'{where}' is not a readable pickle ({e})", "replace it with the original file") from None
+
+
+@dataclass
+class PlanetoidGraph:
+    """One Planetoid dataset on the public split.
+
+    Attributes:
+        name: cora, citeseer or pubmed.
+        features: (n, f) float32 CSR matrix; all-zero rows for featureless nodes.
+        labels: (n,) int64 class ids, -1 where unknown (CiteSeer's isolated test-range nodes).
+        edges: (e, 2) int64 directed edges (both directions of every undirected edge, no self loops).
+        train_idx, val_idx, test_idx: node ids of the public split (20 per class / 500 / 1000).
+        n_featureless: nodes that appear in the graph but have no feature row (15 for CiteSeer).
+    """
+
+    name: str
+    features: sp.csr_matrix
+    labels: np.ndarray
+    edges: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    n_featureless: int = 0
+
+    @property
+    def num_nodes(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.labels.max()) + 1
+
+    @property
+    def num_undirected_edges(self) -> int:
+        return len(self.edges) // 2
+
+    def adjacency(self) -> sp.csr_matrix:
+        """Symmetric 0/1 adjacency (n, n), no self loops."""
+        n = self.num_nodes
+        a = sp.csr_matrix((np.ones(len(self.edges), np.float32), (self.edges[:, 0], self.edges[:, 1])), shape=(n, n))
+        a.data[:] = 1.0
+        return a
+
+
+def _edges_from_adjacency_lists(graph, n_nodes: int, where: str) -> np.ndarray:
+    src, dst = [], []
+    for node, neighbours in graph.items():
+        for nb in neighbours:
+            src.append(int(node))
+            dst.append(int(nb))
+    if not src:
+        raise DataError(f"'{where}': the graph has no edges", "use a graph file with at least one edge")
+    e = np.asarray([src, dst], dtype=np.int64).T
+    bad = (e < 0) | (e >= n_nodes)
+    if bad.any():
+        node = int(e[bad][0])
+        raise DataError(f"'{where}': the graph references node {node}, outside the {n_nodes} nodes of the features",
+                        "use the graph file that belongs to these feature files")
+    e = e[e[:, 0] != e[:, 1]]
+    e = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
+    return e
+
+
+def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
+    """Assemble a :class:`PlanetoidGraph` from the eight decoded parts (see module docstring).
+
+    Args:
+        name: dataset name, used in messages.
+        parts: ``x, y, tx, ty, allx, ally`` (arrays or sparse), ``graph`` (dict of lists) and
+            ``test.index`` (1-D int array).
+    """
+    x, y, tx, ty = parts["x"], parts["y"], parts["tx"], parts["ty"]
+    allx, ally, graph = parts["allx"], parts["ally"], parts["graph"]
+    test_ids = np.asarray(parts["test.index"], dtype=np.int64)
+    n_train, n_all = x.shape[0], allx.shape[0]
+    if len(test_ids) != tx.shape[0]:
+        raise DataError(f"{name}: test.index has {len(test_ids)} ids but tx has {tx.shape[0]} rows",
+                        "use matching test.index and tx files")
+    n_nodes = max(n_all, int(test_ids.max()) + 1)
+    if graph:
+        n_nodes = max(n_nodes, max(int(k) for k in graph) + 1)
+    n_feat = allx.shape[1]
+    features = sp.lil_matrix((n_nodes, n_feat), dtype=np.float32)
+    features[:n_all] = sp.csr_matrix(allx, dtype=np.float32)
+    features[test_ids] = sp.csr_matrix(tx, dtype=np.float32)
+    labels = np.full(n_nodes, -1, dtype=np.int64)
+    labels[:n_all] = np.argmax(ally, 1)
+    labels[test_ids] = np.argmax(ty, 1)
+    # nodes between allx and the test ids, or in the test range without a tx row (CiteSeer), have no features
+    has_row = np.zeros(n_nodes, bool)
+    has_row[:n_all] = True
+    has_row[test_ids] = True
+    # rows of ally/ty that are all zero (CiteSeer) carry no label
+    labels[:n_all][np.asarray(ally).sum(1) == 0] = -1
+    labels[test_ids[np.asarray(ty).sum(1) == 0]] = -1
+    edges = _edges_from_adjacency_lists(graph, n_nodes, f"{name} graph")
+    train_idx = np.arange(n_train)
+    val_idx = np.arange(n_train, min(n_train + 500, n_all))
+    n_classes = y.shape[1]
+    missing = sorted(set(range(n_classes)) - set(np.argmax(y, 1)[np.asarray(y).sum(1) > 0].tolist()))
+    if missing:
+        raise DataError(f"{name}: class(es) {missing} have no labelled training node",
+                        "every class needs at least one labelled node; check the y file")
+    return PlanetoidGraph(name, features.tocsr(), labels, edges, train_idx, val_idx, np.sort(test_ids),
+                          n_featureless=int((~has_row).sum()))
+
+
+def load_planetoid(name: str, root: str | Path | None = None, download: bool = True) -> PlanetoidGraph:
+    """Load ``ind.<name>.*`` with the restricted unpickler on the public split.
+
+    Args:
+        name: ``cora``, ``citeseer`` or ``pubmed``.
+        root: directory holding the ``ind.*`` files; None: the registry (``$GENFEAT_DATA/planetoid``,
+            checksums verified, downloaded when absent and ``download``).
+        download: fetch missing files from the canonical URLs (registry only).
+    """
+    if name not in _SHA:
+        raise DataError(f"unknown Planetoid dataset '{name}'", f"use one of: {', '.join(_SHA)}")
+    parts = {}
+    for part in PLANETOID_PARTS:
+        if root is None:
+            path = resolve(f"planetoid_{name}", part, download=download)
+        else:
+            path = Path(root) / f"ind.{name}.{part}"
+            if not path.is_file():
+                raise DataError(f"'{path}' is missing", f"put the Planetoid file ind.{name}.{part} in '{root}'")
+        if part == "test.index":
+            try:
+                parts[part] = np.loadtxt(path, dtype=np.int64, ndmin=1)
+            except ValueError as e:
+                raise DataError(f"'{path}' is not one integer per line ({e})", "use the original test.index") from None
+        else:
+            parts[part] = restricted_load(path.read_bytes(), str(path))
+    for part in ("x", "tx", "allx"):
+        if not sp.issparse(parts[part]):
+            parts[part] = sp.csr_matrix(parts[part])
+    return build_planetoid(name, parts)
