@@ -1,0 +1,102 @@
+"""Planetoid loader: published statistics, CiteSeer's featureless nodes, restricted unpickling, bad input."""
+
+import os
+import pickle
+import pathlib
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from genfeat.data.graph import build_planetoid, load_planetoid, restricted_load
+from genfeat.errors import DataError
+
+DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
+needs_data = pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
+
+
+@pytest.fixture(autouse=True)
+def _data_root(monkeypatch):
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+
+
+# (nodes, undirected edges without self loops or duplicates, features, classes, nodes with features)
+PUBLISHED = {"cora": (2708, 5278, 1433, 7, 2708), "citeseer": (3327, 4552, 3703, 6, 3312)}
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["cora", "citeseer"])
+def test_published_statistics(name):
+    g = load_planetoid(name, download=False)
+    nodes, edges, feats, classes, with_features = PUBLISHED[name]
+    assert g.num_nodes == nodes
+    assert g.num_undirected_edges == edges
+    assert g.features.shape == (nodes, feats)
+    assert g.num_classes == classes
+    assert (len(g.train_idx), len(g.val_idx), len(g.test_idx)) == (20 * classes, 500, 1000)
+    assert np.bincount(g.labels[g.train_idx], minlength=classes).tolist() == [20] * classes
+    assert nodes - g.n_featureless == with_features
+    assert not set(g.train_idx) & set(g.val_idx) and not set(g.val_idx) & set(g.test_idx)
+    assert (g.labels[np.concatenate([g.train_idx, g.val_idx, g.test_idx])] >= 0).all()
+
+
+@needs_data
+def test_citeseer_featureless_nodes_are_unlabelled_zero_rows():
+    g = load_planetoid("citeseer", download=False)
+    empty = np.flatnonzero(np.asarray(g.features.sum(1)).ravel() == 0)
+    missing = np.setdiff1d(np.arange(g.test_idx.min(), g.test_idx.max() + 1), g.test_idx)
+    assert len(missing) == 15
+    assert set(missing) <= set(empty)
+    assert (g.labels[missing] == -1).all()
+
+
+@needs_data
+def test_pubmed_needs_allx():
+    if not (DATA / "planetoid" / "ind.pubmed.allx").is_file():
+        pytest.skip("ind.pubmed.allx is not in the shared data (only the other seven PubMed files are)")
+    g = load_planetoid("pubmed", download=False)
+    assert (g.num_nodes, g.num_classes, len(g.test_idx)) == (19717, 3, 1000)
+
+
+def test_pickle_with_foreign_global_is_refused():
+    payload = pickle.dumps(os.system, protocol=2)
+    with pytest.raises(DataError, match="os.system|posix.system"):
+        restricted_load(payload, "evil.pkl")
+
+
+def test_adjacency_dict_round_trip():
+    # numpy/scipy objects are covered by loading the real files above
+    from collections import defaultdict
+
+    graph = defaultdict(list, {0: [1], 1: [0]})
+    back = restricted_load(pickle.dumps(graph, protocol=2))
+    assert back == graph and isinstance(back, defaultdict)
+
+
+def _toy_parts(graph):
+    y = np.eye(2)[[0, 1]]
+    return {"x": sp.csr_matrix(np.ones((2, 3))), "y": y, "allx": sp.csr_matrix(np.ones((3, 3))),
+            "ally": np.eye(2)[[0, 1, 0]], "tx": sp.csr_matrix(np.ones((1, 3))), "ty": np.eye(2)[[1]],
+            "graph": graph, "test.index": np.array([3])}
+
+
+def test_toy_graph_builds():
+    g = build_planetoid("toy", _toy_parts({0: [1], 1: [2], 2: [3], 3: [2]}))
+    assert g.num_nodes == 4 and g.num_undirected_edges == 3
+
+
+def test_graph_referencing_missing_node():
+    with pytest.raises(DataError, match="node 9, outside the 4 nodes"):
+        build_planetoid("toy", _toy_parts({0: [1], 1: [9]}))
+
+
+def test_empty_graph():
+    with pytest.raises(DataError, match="no edges"):
+        build_planetoid("toy", _toy_parts({}))
+
+
+def test_class_without_labelled_node():
+    parts = _toy_parts({0: [1], 1: [0]})
+    parts["y"] = np.eye(2)[[0, 0]]
+    with pytest.raises(DataError, match=r"class\(es\) \[1\]"):
+        build_planetoid("toy", parts)
