@@ -1,0 +1,76 @@
+"""Algorithm 2 context sampling: empirical ratios, pairs within the window, resumable stream; Eq. 3.12 loss."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csg
+import torch
+
+from genfeat.errors import DataError
+from genfeat.objectives.graph_context import ContextSampler, GraphContextObjective
+
+
+def _two_paths():
+    # two disjoint paths of 12 nodes each; labels: first path class 0, second class 1
+    edges = [(i, i + 1) for i in range(11)] + [(i, i + 1) for i in range(12, 23)]
+    e = np.array(edges + [(b, a) for a, b in edges], dtype=np.int64)
+    labels = np.array([0] * 12 + [1] * 12)
+    return e, labels
+
+
+def test_empirical_ratios_and_window():
+    e, labels = _two_paths()
+    s = ContextSampler(e, 24, labels, np.array([0, 5, 12, 20]), batch_size=400, r1=0.7, r2=0.6,
+                       walk_length=6, window=2, seed=3)
+    batches = [next(s) for _ in range(5)]
+    gamma = torch.cat([b["gamma"] for b in batches])
+    graph = torch.cat([b["graph"] for b in batches])
+    assert abs(float((gamma > 0).float().mean()) - 0.7) < 0.02
+    assert abs(float(graph.float().mean()) - 0.6) < 0.02
+    dist = csg.shortest_path(sp.csr_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(24, 24)), unweighted=True)
+    i = torch.cat([b["i"] for b in batches]).numpy()
+    c = torch.cat([b["c"] for b in batches]).numpy()
+    pos_graph = ((gamma > 0) & graph).numpy()
+    assert pos_graph.sum() > 1000
+    assert (dist[i[pos_graph], c[pos_graph]] <= 2).all()
+    pos_label = ((gamma > 0) & ~graph).numpy()
+    assert (labels[i[pos_label]] == labels[c[pos_label]]).all()
+    assert set(i[pos_label]) <= {0, 5, 12, 20} and set(c[pos_label]) <= {0, 5, 12, 20}
+    # negatives are uniform corruptions: they reach nodes far outside the window
+    neg = (gamma < 0).numpy()
+    assert np.isinf(dist[i[neg], c[neg]]).any()
+
+
+def test_stream_resumes_exactly():
+    e, labels = _two_paths()
+    a = ContextSampler(e, 24, labels, np.array([0, 12]), batch_size=10, seed=1)
+    next(a)
+    state = a.state_dict()
+    want = next(a)
+    b = ContextSampler(e, 24, labels, np.array([0, 12]), batch_size=10, seed=1)
+    b.load_state_dict(state)
+    got = next(b)
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_empty_graph_is_refused():
+    with pytest.raises(DataError, match="no edges"):
+        ContextSampler(np.zeros((0, 2), np.int64), 5)
+
+
+class _Dot(torch.nn.Module):
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = scores
+
+    def context_score(self, i, c):
+        return self.scores[i, c]
+
+
+def test_negative_sampling_loss_matches_eq_3_12():
+    scores = torch.tensor([[0.0, 2.0], [-1.0, 0.5]])
+    batch = {"i": torch.tensor([0, 1, 1]), "c": torch.tensor([1, 0, 1]), "gamma": torch.tensor([1.0, -1.0, 1.0])}
+    out = GraphContextObjective()(_Dot(scores), batch)
+    want = -(np.log(1 / (1 + np.exp(-2.0))) + np.log(1 / (1 + np.exp(-1.0))) + np.log(1 / (1 + np.exp(-0.5))))
+    assert out.count == 3
+    assert abs(float(out.loss_sum) - want) < 1e-5
