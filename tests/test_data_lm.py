@@ -137,3 +137,23 @@ def test_vocab_round_trips(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(Exception, match="cannot read vocabulary"):
         load_vocab(tmp_path / "broken.json")
+
+
+@needs_data
+def test_name_split_spec_and_unknown_split():
+    corpus = load_corpus("ptb:valid")
+    assert list(corpus.splits) == ["valid"] and corpus.splits["valid"].numel() == 73760
+    assert len(corpus.vocab) == 10000, "the vocabulary must still come from the training split"
+    assert load_corpus("tinyshakespeare:valid").splits["val"].numel() == 111540
+    with pytest.raises(DataError, match="has no split 'dev'"):
+        load_split("ptb:dev")
+
+
+def test_vocab_config_and_max_size_counts_unk():
+    from genfeat.data.vocab import VocabConfig
+    from genfeat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="min_freq"):
+        VocabConfig(min_freq=0)
+    v = SymbolVocab.build("a a a b b c d".split(), "word", max_size=3, unk="<unk>", add_eos=False)
+    assert v.symbols == ["a", "b", "<unk>"] and v.encode("d a\n") == [2, 0]

@@ -207,13 +207,19 @@ def load_corpus(spec: str, vocab: Vocab | None = None, *, vocab_cfg: VocabConfig
     """Load a corpus by registered name, text file or .npy path.
 
     Args:
-        spec: ``ptb``, ``tinyshakespeare``, ... (see the table above), a text file or a ``.npy`` file.
+        spec: ``ptb``, ``tinyshakespeare``, ... (see the table above), ``NAME:SPLIT`` for one split
+            (its vocabulary is still built from the training split unless ``vocab`` is given),
+            a text file or a ``.npy`` file.
         vocab: encode with this vocabulary (a checkpoint's); default: build one from the training split.
         vocab_cfg: how to build the vocabulary (default: the corpus's standard unit).
         splits: load only these splits (the training split is read too when a vocabulary is built).
     Returns:
         Corpus with its splits as 1-D long tensors. A file gives the single split ``all``.
     """
+    name, sep, split = spec.partition(":")
+    if sep and name in CORPORA:
+        tokens, vocab = load_split(spec, vocab)
+        return Corpus(name, {_split_name(name, split): tokens}, vocab, CORPORA[name].unit)
     path = Path(spec)
     if spec in CORPORA:
         texts = _registered_texts(spec, None if splits is None or vocab is None else set(splits))
@@ -253,6 +259,18 @@ def load_corpus(spec: str, vocab: Vocab | None = None, *, vocab_cfg: VocabConfig
                     f"use one of {', '.join(sorted(CORPORA))} (optionally NAME:SPLIT), a text file or a .npy file")
 
 
+def _split_name(name: str, split: str) -> str:
+    """The canonical split of registered corpus ``name`` for ``split`` (aliases val/valid; empty: test)."""
+    cs = CORPORA[name]
+    known = list(cs.split_files) or [s for s, _ in cs.cut]
+    if not split:
+        return "test" if "test" in known else known[-1]
+    canonical = split if split in known else _ALIASES.get(split, split)
+    if canonical not in known:
+        raise DataError(f"corpus '{name}' has no split '{split}'", f"use one of: {', '.join(known)}")
+    return canonical
+
+
 def load_split(spec: str, vocab: Vocab | None = None) -> tuple[torch.Tensor, Vocab | None]:
     """Tokens of one split: ``ptb:test``, ``tinyshakespeare:val``, a text file or a .npy file.
 
@@ -260,15 +278,7 @@ def load_split(spec: str, vocab: Vocab | None = None) -> tuple[torch.Tensor, Voc
     """
     name, _, split = spec.partition(":")
     if name in CORPORA:
-        cs = CORPORA[name]
-        known = list(cs.split_files) or [s for s, _ in cs.cut]
-        if not split:
-            split = "test" if "test" in known else known[-1]
-        if split not in known:
-            split = _ALIASES.get(split, split)
-        if split not in known:
-            raise DataError(f"corpus '{name}' has no split '{spec.partition(':')[2]}'",
-                            f"use one of: {', '.join(known)}")
+        split = _split_name(name, split)
         corpus = load_corpus(name, vocab, splits={split})
         return corpus.splits[split], corpus.vocab
     corpus = load_corpus(spec, vocab)

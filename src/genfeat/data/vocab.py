@@ -36,8 +36,12 @@ class VocabConfig:
     """Subword vocabulary size."""
 
     def __post_init__(self):
+        if self.kind not in ("word", "char", "byte", "bpe", "sentencepiece"):
+            raise ConfigError(f"vocab kind {self.kind!r} is unknown", "use word, char, byte, bpe or sentencepiece")
         if self.min_freq < 1 or self.max_size < 0 or self.vocab_size < 1:
-            raise ValueError("min_freq and vocab_size must be >= 1 and max_size >= 0")
+            raise ConfigError(f"vocab min_freq={self.min_freq}, max_size={self.max_size}, "
+                              f"vocab_size={self.vocab_size} are out of range",
+                              "min_freq and vocab_size must be >= 1 and max_size >= 0 (0: no limit)")
 
 
 class Vocab:
@@ -120,7 +124,8 @@ class SymbolVocab(Vocab):
         kept = [s for s, c in ordered if c >= min_freq]
         symbols = list(specials) + kept
         if max_size:
-            symbols = symbols[:max_size]
+            # max_size counts <unk> too, so the output layer has exactly max_size rows.
+            symbols = symbols[:max_size - 1 if unk is not None and unk not in symbols[:max_size] else max_size]
         if unk is not None and unk not in symbols:
             symbols.append(unk)
         return cls(symbols, kind, unk, add_eos)
