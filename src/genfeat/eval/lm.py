@@ -13,21 +13,23 @@ import torch
 from torch import Tensor, nn
 
 from ..data.lm import iter_lm_segments
-from .metrics import lm_summary
+from .metrics import Totals
 
 
 @torch.no_grad()
 def score_lm(model: nn.Module, tokens: Tensor, *, tgt_len: int, mem_len: int, clamp_len: int | None = None,
              batch_size: int = 1) -> Tensor:
-    """Per-token negative log-likelihoods, [b, L-1] in stream order.
+    """Per-token negative log-likelihoods in nats, in stream order.
 
     Args:
-        model: a Transformer-XL LM.
+        model: a Transformer-XL LM (``model(x, mems=, labels=, mem_len=, clamp_len=)``).
         tokens: 1-D token ids.
         tgt_len: segment length.
         mem_len: memory length (0: each segment sees only itself).
-        clamp_len: largest relative distance (None: the model's).
-        batch_size: contiguous streams (1: the data as one stream).
+        clamp_len: largest relative distance (default None: the model's).
+        batch_size: contiguous streams (default 1: the data as one stream).
+    Shapes:
+        tokens [L] -> [b, L // b - 1] (b = 1: [1, L - 1]).
     """
     was_training = model.training
     model.eval()
@@ -42,11 +44,44 @@ def score_lm(model: nn.Module, tokens: Tensor, *, tgt_len: int, mem_len: int, cl
     return torch.cat(parts, dim=1)
 
 
+def token_losses(model: nn.Module, tokens: Tensor, context_len: int, *, seg_len: int = 16,
+                 clamp_len: int | None = None, batch_size: int = 1) -> Tensor:
+    """Per-token losses with context length ``context_len`` (the l_i(c, t) of RECL, §2.1.4).
+
+    Context length c is realised with the memory: segments of ``tgt = min(seg_len, c)`` tokens and a
+    memory of ``c - tgt`` positions, so once the memory is full every prediction attends over
+    between c - tgt + 1 and c tokens (a sliding window of exactly c would need one forward pass per
+    token; this costs one pass over the data per context length, and the first c - tgt tokens of
+    each stream see less context). The same positions are scored for every c, so losses at
+    different c are aligned token by token.
+
+    Args:
+        model: a Transformer-XL LM.
+        tokens: 1-D token ids.
+        context_len: c, at least 1.
+        seg_len: segment length (default 16; smaller makes the window closer to exactly c).
+        clamp_len: largest relative distance (default None: the model's).
+        batch_size: contiguous streams (default 1).
+    Shapes:
+        tokens [L] -> [b * (L // b - 1)] flattened stream by stream.
+    """
+    if context_len < 1:
+        raise ValueError(f"context length must be >= 1, got {context_len}")
+    tgt = min(seg_len, context_len)
+    nll = score_lm(model, tokens, tgt_len=tgt, mem_len=context_len - tgt, clamp_len=clamp_len,
+                   batch_size=batch_size)
+    return nll.flatten()
+
+
 def evaluate_lm(model: nn.Module, tokens: Tensor, *, tgt_len: int, mem_len: int, clamp_len: int | None = None,
                 batch_size: int = 1) -> dict[str, float]:
-    """Mean loss (nats per predicted token), ppl, bpc, token count, loss sum and seconds."""
+    """Score ``tokens`` with memory; see :func:`score_lm` for the arguments.
+
+    Returns:
+        ``loss`` (mean nats per predicted token), ``ppl``, ``bpc``, ``tokens`` (predicted),
+        ``loss_sum`` and ``seconds``.
+    """
     t0 = time.time()
     nll = score_lm(model, tokens, tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len, batch_size=batch_size)
-    loss_sum = float(nll.double().sum())
-    count = nll.numel()
-    return {**lm_summary(loss_sum, count), "loss_sum": loss_sum, "tokens": count, "seconds": time.time() - t0}
+    totals = Totals().add(nll.double().sum(), nll.numel())
+    return {**totals.lm(), "seconds": time.time() - t0}

@@ -11,9 +11,9 @@ tokens; small r: the hard tokens). Only improvements over the best short-context
 group count, so a model is not credited for gains the others already get with context c.
 RECL_i = the largest c of the grid with g_i(c, c + Δ) >= threshold.
 
-Context length c is realised with the memory: segments of ``seg_len`` tokens and a memory of
-c - seg_len, so every token attends over between c - seg_len + 1 and c positions. That costs one
-pass over the data per context length (not one per token).
+Context length c is realised with the memory (:func:`genfeat.eval.lm.token_losses`): segments of
+``seg_len`` tokens and a memory of c - seg_len, so every token attends over between c - seg_len + 1
+and c positions. That costs one pass over the data per context length (not one per token).
 
 Axes: N models, C context lengths, T tokens.
 """
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .lm import score_lm
+from .lm import token_losses
 
 
 def relative_losses(losses: np.ndarray, ci: int, cj: int, r: float) -> tuple[float, np.ndarray]:
@@ -86,9 +86,7 @@ def group_losses(models: dict[str, nn.Module], tokens: torch.Tensor, contexts: l
     for model in models.values():
         rows = []
         for c in contexts:
-            tgt = min(seg_len, c)
-            nll = score_lm(model, tokens, tgt_len=tgt, mem_len=c - tgt, batch_size=batch_size)
-            rows.append(nll.flatten().numpy())
+            rows.append(token_losses(model, tokens, c, seg_len=seg_len, batch_size=batch_size).numpy())
         out.append(np.stack(rows))
     return np.stack(out)
 

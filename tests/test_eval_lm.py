@@ -1,0 +1,72 @@
+import math
+
+import pytest
+import torch
+
+from genfeat.eval.lm import evaluate_lm, score_lm, token_losses
+from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    cfg = TransformerXLConfig(n_token=40, d_model=16, n_head=2, d_head=8, d_inner=32, n_layer=2, mem_len=8,
+                              dropout=0.0)
+    return TransformerXLLMHeadModel(cfg)
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.randint(0, 40, (61,), generator=torch.Generator().manual_seed(1))
+
+
+@torch.no_grad()
+def full_context_nll(model, tokens):
+    x = tokens[None, :-1]
+    return -model.eval()(x, labels=tokens[None, 1:], mem_len=0).target_log_probs[0].double()
+
+
+def test_segments_with_memory_equal_one_full_pass(model, tokens):
+    # Memory longer than the data: every prediction sees all earlier tokens, as one long forward does.
+    res = evaluate_lm(model, tokens, tgt_len=7, mem_len=64)
+    ref = full_context_nll(model, tokens)
+    assert res["tokens"] == len(tokens) - 1
+    assert res["loss_sum"] == pytest.approx(float(ref.sum()), abs=1e-4)
+    assert res["loss"] == pytest.approx(float(ref.mean()), abs=1e-6)
+    assert res["ppl"] == pytest.approx(math.exp(res["loss"]), rel=1e-9)
+    assert res["bpc"] == pytest.approx(res["loss"] / math.log(2), rel=1e-9)
+    assert res["seconds"] >= 0
+
+
+def test_no_memory_loses_context(model, tokens):
+    with_mem = score_lm(model, tokens, tgt_len=6, mem_len=64)[0]
+    without = score_lm(model, tokens, tgt_len=6, mem_len=0)[0]
+    # The first segment is identical; later segments differ once earlier tokens are dropped.
+    assert torch.allclose(with_mem[:6], without[:6], atol=1e-5)
+    assert not torch.allclose(with_mem[6:], without[6:], atol=1e-3)
+
+
+def test_streams_cover_every_token_after_the_first_of_each(model, tokens):
+    res = evaluate_lm(model, tokens, tgt_len=5, mem_len=5, batch_size=3)
+    assert res["tokens"] == 3 * (len(tokens) // 3 - 1)
+
+
+def test_eval_restores_training_mode(model, tokens):
+    model.train()
+    evaluate_lm(model, tokens[:20], tgt_len=5, mem_len=5)
+    assert model.training
+    model.eval()
+
+
+@pytest.mark.parametrize("c,seg", [(12, 4), (5, 8)])
+def test_token_losses_context_window(model, tokens, c, seg):
+    got = token_losses(model, tokens, c, seg_len=seg)
+    tgt = min(seg, c)
+    assert got.shape == (len(tokens) - 1,)
+    for j in (0, 3, 17, 30, 59):
+        # Input j sits in segment j // tgt; it sees its segment so far plus c - tgt memory positions.
+        lo = max(0, (j // tgt) * tgt - (c - tgt))
+        ref = full_context_nll(model, tokens[lo:j + 2])[-1]
+        assert float(got[j]) == pytest.approx(float(ref), abs=1e-4)
+    with pytest.raises(ValueError):
+        token_losses(model, tokens, 0)
