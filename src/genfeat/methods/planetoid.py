@@ -50,6 +50,8 @@ class PlanetoidRecipe:
     """The context loss is a mean over N2·pairs_per_walk pairs: lr 100 is 0.05 per pair, as a summed loss would have."""
     eval_every: int = 20
     threads: int = 1
+    tsne_png: str = ""
+    """When set, write a t-SNE plot of the learned embeddings e_i of the test nodes (Fig. 3.11) to this PNG."""
 
 
 def _accuracy(model, nodes: torch.Tensor, labels: torch.Tensor) -> float:
@@ -59,6 +61,30 @@ def _accuracy(model, nodes: torch.Tensor, labels: torch.Tensor) -> float:
         pred = model(nodes).logits.argmax(-1)
     model.train(was)
     return float((pred == labels).float().mean())
+
+
+def plot_tsne(model, nodes: torch.Tensor, labels: torch.Tensor, path: str, title: str, seed: int = 0) -> None:
+    """2-D t-SNE (scikit-learn) of the embeddings e_i of ``nodes``, coloured by class (thesis Fig. 3.11)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+
+    from ..io import atomic_path
+
+    with torch.no_grad():
+        emb = model.embed(nodes).numpy()
+    xy = TSNE(2, random_state=seed, init="pca").fit_transform(emb)
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=4)
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(Path(path)) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 def build(cfg: PlanetoidRecipe, seed: int):
@@ -108,4 +134,6 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
                        log_every=max(cfg.steps, 1))
     evaluate = lambda m: {"val_accuracy": _accuracy(m, val, labels[val])}  # noqa: E731
     Trainer(model, phases, tcfg, evaluate, None).fit()
+    if cfg.tsne_png:
+        plot_tsne(model, test, labels[test], cfg.tsne_png, f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
     return {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}
