@@ -11,7 +11,7 @@ from genfeat.data import registry
 from genfeat.data.corpora import load_corpus, load_split
 from genfeat.data.lm import LMOrderedStream, LMShuffledStream, iter_lm_segments
 from genfeat.data.vocab import BPEVocab, SentencePieceVocab, SymbolVocab, load_vocab
-from genfeat.errors import DataError
+from genfeat.errors import ConfigError, DataError
 
 DATA = os.environ.get("GENFEAT_DATA")
 needs_data = pytest.mark.skipif(not DATA or not (Path(DATA) / "ptb" / "ptb.train.txt").is_file(),
@@ -57,6 +57,22 @@ def test_checksum_mismatch_and_missing_file(tmp_path, monkeypatch):
         registry.resolve("ptb", "valid")
     assert not (bad / "ptb.valid.txt").exists(), "a failed download must not leave a partial file"
 
+    class WrongBytes:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            import io
+            return io.BytesIO(b"not the real file\n")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(registry.urllib.request, "urlopen", WrongBytes)
+    with pytest.raises(DataError, match=r"checksum mismatch for '.*ptb.valid.txt'"):
+        registry.resolve("ptb", "valid")
+    assert not (bad / "ptb.valid.txt").exists(), "a download that fails verification must not be kept"
+
 
 def test_npy_and_text_files(tmp_path):
     ids = np.array([3, 1, 4, 1, 5], dtype=np.int32)
@@ -95,8 +111,12 @@ def test_ordered_stream_is_contiguous_resumable_and_shardable():
     whole = LMOrderedStream(tokens, 4, 7)
     for _ in range(3):
         assert torch.equal(torch.cat([next(sh).input for sh in shards]), next(whole).input)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="not divisible"):
         LMOrderedStream(tokens, 3, 7).shard(0, 2)
+    # 1000 tokens in 4 streams of 250: 249 targets per row, 35 full segments of 7 and one of 4.
+    assert LMOrderedStream(tokens, 4, 7).n_batches == 36
+    full = LMOrderedStream(tokens, 4, 7, drop_last_partial=True)
+    assert full.n_batches == 35 and all(next(full).input.shape == (4, 7) for _ in range(80))
 
 
 def test_shuffled_stream_covers_segments_and_resumes():
@@ -151,7 +171,6 @@ def test_name_split_spec_and_unknown_split():
 
 def test_vocab_config_and_max_size_counts_unk():
     from genfeat.data.vocab import VocabConfig
-    from genfeat.errors import ConfigError
 
     with pytest.raises(ConfigError, match="min_freq"):
         VocabConfig(min_freq=0)

@@ -16,6 +16,8 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError
+
 
 @dataclass
 class LMBatch:
@@ -31,7 +33,8 @@ def _streams(tokens: Tensor, batch_size: int) -> Tensor:
     """[b, L]: the corpus as b contiguous rows (the remainder is dropped, as in the original)."""
     n = tokens.numel() // batch_size
     if n < 2:
-        raise ValueError(f"{tokens.numel()} tokens are too few for {batch_size} streams")
+        raise ConfigError(f"{tokens.numel()} tokens are too few for {batch_size} streams",
+                          "use a smaller batch size or a larger corpus")
     return tokens[: n * batch_size].view(batch_size, n)
 
 
@@ -43,12 +46,22 @@ class LMOrderedStream:
         batch_size: global number of streams b.
         tgt_len: tokens predicted per segment t.
         ext_len: previous tokens re-fed as extended context without loss (default 0).
+        drop_last_partial: skip each epoch's last segment when it is shorter than ``tgt_len``
+            (default False: it is used, as in the original).
     """
 
-    def __init__(self, tokens: Tensor, batch_size: int, tgt_len: int, ext_len: int = 0):
+    def __init__(self, tokens: Tensor, batch_size: int, tgt_len: int, ext_len: int = 0, *,
+                 drop_last_partial: bool = False):
+        if batch_size < 1 or tgt_len < 1 or ext_len < 0:
+            raise ConfigError(f"batch_size={batch_size}, tgt_len={tgt_len}, ext_len={ext_len} are out of range",
+                              "batch_size and tgt_len must be >= 1 and ext_len >= 0")
         self.data = _streams(tokens, batch_size)
         self.batch_size, self.tgt_len, self.ext_len = batch_size, tgt_len, ext_len
-        self.n_batches = (self.data.shape[1] - 1 + tgt_len - 1) // tgt_len
+        steps = self.data.shape[1] - 1
+        self.n_batches = steps // tgt_len if drop_last_partial else (steps + tgt_len - 1) // tgt_len
+        if self.n_batches == 0:
+            raise ConfigError(f"streams of {steps + 1} tokens hold no full segment of {tgt_len}",
+                              "use a shorter tgt_len, a smaller batch size, or drop_last_partial=False")
         self.epoch, self.index = 0, 0
         self.rows = slice(0, batch_size)
 
@@ -75,7 +88,8 @@ class LMOrderedStream:
 
     def shard(self, rank: int, world: int) -> None:
         if self.batch_size % world:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+            raise ConfigError(f"batch_size {self.batch_size} is not divisible by the {world} processes",
+                              "make the global batch size a multiple of the number of processes")
         per = self.batch_size // world
         self.rows = slice(rank * per, (rank + 1) * per)
 
@@ -87,8 +101,9 @@ class LMShuffledStream(LMOrderedStream):
     across them would be wrong (``new_epoch`` is True on every batch).
     """
 
-    def __init__(self, tokens: Tensor, batch_size: int, tgt_len: int, seed: int = 0):
-        super().__init__(tokens, batch_size, tgt_len)
+    def __init__(self, tokens: Tensor, batch_size: int, tgt_len: int, seed: int = 0, *,
+                 drop_last_partial: bool = False):
+        super().__init__(tokens, batch_size, tgt_len, drop_last_partial=drop_last_partial)
         self.seed = seed
         self._order = self._permutation(0)
 

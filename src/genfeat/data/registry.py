@@ -27,15 +27,15 @@ class FileSpec:
         relpath: path under the data root (the canonical layout).
         url: where to download it (or the archive holding it).
         sha256: expected checksum of the file itself (None: not known here; ``size`` is checked).
-        archive_member: member to extract when ``url`` is a zip archive.
         size: expected size in bytes, checked when given.
+        archive_member: member to extract when ``url`` is a zip archive.
     """
 
     relpath: str
     url: str
     sha256: str | None
-    archive_member: str | None = None
     size: int | None = None
+    archive_member: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,16 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def verify(path: Path, spec: FileSpec) -> None:
-    """Check the size and sha256 of ``path`` (hashing once per process for an unchanged file)."""
+def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
+    """Check the size and sha256 of ``path`` (hashing once per process for an unchanged file).
+
+    Args:
+        shown: the name to report instead of ``path`` (a download's final name, default ``path``).
+    """
     stat = path.stat()
+    name = shown or path
     if spec.size is not None and stat.st_size != spec.size:
-        raise DataError(f"'{path}' has {stat.st_size} bytes, expected {spec.size}",
+        raise DataError(f"'{name}' has {stat.st_size} bytes, expected {spec.size}",
                         f"the file is truncated or another version; delete it and fetch it again from {spec.url}")
     if spec.sha256 is None:
         return
@@ -90,7 +95,7 @@ def verify(path: Path, spec: FileSpec) -> None:
         return
     actual = sha256_of(path)
     if actual != spec.sha256:
-        raise DataError(f"checksum mismatch for '{path}': expected sha256 {spec.sha256}, got {actual}",
+        raise DataError(f"checksum mismatch for '{name}': expected sha256 {spec.sha256}, got {actual}",
                         f"the file is corrupt or another version; delete it so genfeat downloads it from {spec.url}, "
                         f"or replace it with the canonical file")
     _VERIFIED.add(key)
@@ -106,9 +111,12 @@ def _download(spec: FileSpec, dest: Path) -> None:
                 with zipfile.ZipFile(tmp) as zf, zf.open(spec.archive_member) as member:
                     data = member.read()
                 tmp.write_bytes(data)
+            # Checked before the rename so that a bad download never lands under its final name.
+            verify(tmp, spec, shown=dest)
     except (OSError, zipfile.BadZipFile, KeyError) as e:
         raise DataError(f"'{dest}' is missing and downloading it from {spec.url} failed ({e})",
-                        f"download it by hand to '{dest}', or set GENFEAT_DATA to a directory that holds "
+                        f"download it by hand to '{dest}' (the data directory searched is '{data_root()}', "
+                        f"set by GENFEAT_DATA), or point GENFEAT_DATA at a directory that holds "
                         f"'{spec.relpath}'") from None
 
 
@@ -121,7 +129,8 @@ def resolve(name: str, key: str, download: bool = True) -> Path:
     path = data_root() / spec.relpath
     if not path.is_file():
         if not download:
-            raise DataError(f"'{path}' is missing", f"set GENFEAT_DATA to a directory holding '{spec.relpath}'")
+            raise DataError(f"'{path}' is missing (data directory '{data_root()}', set by GENFEAT_DATA)",
+                            f"fetch it from {spec.url}, or set GENFEAT_DATA to a directory holding '{spec.relpath}'")
         _download(spec, path)
     verify(path, spec)
     return path
