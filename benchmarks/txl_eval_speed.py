@@ -24,8 +24,8 @@ from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHe
 
 LENGTHS = (640, 800, 1600)
 SEG = 64
-XL_SEGMENTS = 6
-VANILLA_TOKENS = 6
+XL_SEGMENTS = 16
+VANILLA_TOKENS = 16
 
 
 @torch.no_grad()
