@@ -27,8 +27,10 @@ def _emit(result: dict[str, Any], as_json: bool, human: str) -> None:
 
 
 def _fmt(result: dict[str, Any]) -> str:
+    single = len(result.get("seeds", [])) == 1
     return "\n".join(f"{k:>24}: {v:.4f}" if isinstance(v, float) else f"{k:>24}: {v}"
-                     for k, v in result.items() if k != "runs")
+                     for k, v in result.items()
+                     if k != "runs" and not (single and k.endswith(("_mean", "_std"))))
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
@@ -91,7 +93,8 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
                        generator=g, mem_len=args.mem_len)
     seconds = time.time() - t0
     text = vocab.decode(out.flatten().tolist())
-    _emit({"text": text, "tokens": args.length, "seconds": seconds}, args.json, text)
+    _emit({"prompt": args.prompt, "text": text, "tokens": args.length, "seconds": seconds}, args.json,
+          args.prompt + text)
 
 
 def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
