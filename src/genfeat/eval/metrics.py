@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from ..errors import DataError
+from ..framework.distributed import all_reduce_sum
 
 
 def _check_count(count: float) -> None:
@@ -74,10 +74,7 @@ class Totals:
 
     def all_reduce(self) -> Totals:
         """Totals summed over all ranks when torch.distributed is initialised, else a copy."""
-        values = torch.tensor([self.loss_sum, self.count, self.correct], dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(values)
-        return Totals(*values.tolist())
+        return Totals(*all_reduce_sum([self.loss_sum, self.count, self.correct]))
 
     def lm(self) -> dict[str, float]:
         """``loss``, ``ppl``, ``bpc``, ``loss_sum`` and ``tokens`` of the totals."""

@@ -37,9 +37,13 @@ def init_distributed(device: torch.device) -> DistInfo:
     return DistInfo(rank=rank, world=world, local_rank=local_rank)
 
 
-def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
-    """Sum floats across ranks (used for exact loss sums and counts in logs and evaluation)."""
-    if not info.enabled:
+def all_reduce_sum(values: list[float], info: DistInfo | None = None) -> list[float]:
+    """Sum floats across ranks (exact loss sums and counts in logs and evaluation).
+
+    Without ``info``, sums over the initialised process group, if any.
+    """
+    enabled = info.enabled if info is not None else dist.is_available() and dist.is_initialized()
+    if not enabled:
         return values
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t)
