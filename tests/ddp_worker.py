@@ -1,6 +1,15 @@
-"""Trains the tiny two-head model for the DDP test; run directly or under torchrun.
+"""Training runs for the DDP tests; run directly or under torchrun.
 
-Writes OUT/rank{r}.pt with the final parameters and the logged per-step losses.
+``ddp_worker.py OUT`` trains the tiny two-head model and writes OUT/rank{r}.pt with the final
+parameters and the logged per-step losses.
+
+``ddp_worker.py OUT --transformer-xl [--field.path value ...]`` runs the Transformer-XL debug recipe
+through the command line with those overrides (metrics.jsonl, results.json and checkpoints go to
+OUT as usual) and also writes OUT/rank{r}.pt with the final parameters of every rank.
+
+``ddp_worker.py OUT --transformer-xl-resume [--field.path value ...]`` does that twice in one
+process group: straight through into OUT/full, and in two invocations (``--train.stop_after_steps``
+half the steps, then ``--resume``) into OUT/chunked.
 """
 
 import json
@@ -12,6 +21,12 @@ import torch
 from genfeat.framework import OptimConfig, TrainConfig, Trainer, one_phase
 
 from _framework_fixtures import SquaredError, TwoHead, make_stream
+
+TXL_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "transformer_xl" / "debug.yaml"
+
+
+def save_params(model: torch.nn.Module, file: Path, losses: list[float] | None = None) -> None:
+    torch.save({"params": {k: v.detach() for k, v in model.state_dict().items()}, "losses": losses or []}, file)
 
 
 def main(out: Path) -> None:
@@ -26,11 +41,36 @@ def main(out: Path) -> None:
     if rank == 0:
         losses = [r["mse_a"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
                   if "mse_a" in r]
-    torch.save({"params": {k: v.detach() for k, v in model.state_dict().items()}, "losses": losses},
-               out / f"rank{rank}.pt")
+    save_params(model, out / f"rank{rank}.pt", losses)
+
+
+def transformer_xl(out: Path, overrides: list[str]) -> int:
+    from genfeat import cli
+    from genfeat.methods import transformer_xl as method
+
+    fit = method.Trainer.fit
+
+    def fit_and_save(trainer: Trainer):
+        result = fit(trainer)
+        save_params(trainer.model, out / f"rank{trainer.dist.rank}.pt")
+        return result
+
+    method.Trainer.fit = fit_and_save
+    return cli.main(["run", str(TXL_RECIPE), "--out", str(out), "--no-progress", *overrides])
+
+
+def transformer_xl_resume(out: Path, overrides: list[str]) -> int:
+    steps = int(overrides[overrides.index("--steps") + 1])
+    chunked = out / "chunked"
+    return (transformer_xl(out / "full", overrides)
+            or transformer_xl(chunked, [*overrides, "--train.stop_after_steps", str(steps // 2)])
+            or transformer_xl(chunked, [*overrides, "--resume"]))
 
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    modes = {"--transformer-xl": transformer_xl, "--transformer-xl-resume": transformer_xl_resume}
+    if sys.argv[2:3] and sys.argv[2] in modes:
+        sys.exit(modes[sys.argv[2]](out, sys.argv[3:]))
     main(out)

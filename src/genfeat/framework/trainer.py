@@ -210,8 +210,8 @@ class Trainer:
             out[name] = spec.config.build(params)
         return out
 
-    def _objective_states(self, phase: Phase) -> list[dict[str, torch.Tensor]]:
-        local = [{k: v.detach().cpu() for k, v in t.objective.state_dict().items()} for t in phase.terms()]
+    def _gather(self, local: Any) -> list[Any]:
+        """``local`` of every rank, in rank order (objective memories and RNG states differ per rank)."""
         if not self.dist.enabled:
             return [local]
         gathered: list[Any] = [None] * self.dist.world
@@ -221,7 +221,9 @@ class Trainer:
     def _save(self, name: str, phase_idx: int, phase_step: int, global_step: int,
               optimizers: dict[str, torch.optim.Optimizer], tracker: dict[str, Any]) -> None:
         phase = self.phases[phase_idx]
-        objective_states = self._objective_states(phase)
+        objective_states = self._gather([{k: v.detach().cpu() for k, v in t.objective.state_dict().items()}
+                                         for t in phase.terms()])
+        rng_states = self._gather(rng_state())
         if self.out_dir is None or not self.dist.is_main:
             return
         state = {
@@ -232,7 +234,7 @@ class Trainer:
             "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
             "streams": [t.stream.state_dict() for t in phase.terms()],
             "objectives": objective_states,
-            "rng": rng_state(),
+            "rng": rng_states,
             "tracker": {k: v for k, v in tracker.items() if k != "best_state"},
         }
         save_checkpoint(self.out_dir / name, self.model, state, self.checkpoint_config, self.save_extra)
@@ -344,7 +346,9 @@ class Trainer:
                     term.stream.load_state_dict(s)
                 for term, s in zip(terms, resume_state["objectives"][self.dist.rank]):
                     term.objective.load_state_dict({k: v.to(self.device) for k, v in s.items()})
-                set_rng_state(resume_state["rng"])
+                rng = resume_state["rng"]
+                # Checkpoints written before per-rank RNG states hold one state (a dict).
+                set_rng_state(rng[self.dist.rank] if isinstance(rng, list) else rng)
                 start = phase_step
             else:
                 tracker.pop("best_value", None)
