@@ -150,6 +150,8 @@ def _build_vocab(unit: str, train_text: str, cfg: VocabConfig | None) -> Vocab:
         return ByteVocab()
     if kind == "char":
         return SymbolVocab.build(train_text, "char")
+    if cfg.tokenizer_file is not None:
+        return (BPEVocab if kind == "bpe" else SentencePieceVocab).from_file(cfg.tokenizer_file)
     if kind == "bpe":
         return BPEVocab.train(train_text.splitlines(), cfg.vocab_size)
     if kind == "sentencepiece":

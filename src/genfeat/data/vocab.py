@@ -2,7 +2,9 @@
 
 A vocabulary maps text to token ids and back and is saved beside a checkpoint as JSON (subword
 models embed their serialised tokenizer), so a checkpoint always carries the vocabulary it was
-trained with.
+trained with. Subword vocabularies are trained on the training split, or loaded from an existing
+tokenizer file (``VocabConfig.tokenizer_file``: a ``tokenizers`` tokenizer.json or a sentencepiece
+.model).
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ class VocabConfig:
     max_size: int = 0
     """Word level: keep at most this many types, most frequent first (0: all)."""
     vocab_size: int = 8000
-    """Subword vocabulary size."""
+    """Subword vocabulary size (unused with tokenizer_file)."""
+    tokenizer_file: str | None = None
+    """Load the subword vocabulary from this file instead of training one: with kind bpe a
+    ``tokenizers`` JSON file (``Tokenizer.save``, a Hugging Face tokenizer.json), with kind
+    sentencepiece a trained .model file. The checkpoint stores a copy, so it is not needed later."""
 
     def __post_init__(self):
         if self.kind not in ("word", "char", "byte", "bpe", "sentencepiece"):
@@ -42,6 +48,10 @@ class VocabConfig:
             raise ConfigError(f"vocab min_freq={self.min_freq}, max_size={self.max_size}, "
                               f"vocab_size={self.vocab_size} are out of range",
                               "min_freq and vocab_size must be >= 1 and max_size >= 0 (0: no limit)")
+        if self.tokenizer_file is not None and self.kind not in ("bpe", "sentencepiece"):
+            raise ConfigError(f"vocab tokenizer_file is set but vocab kind is {self.kind!r}",
+                              "set kind to bpe (for a tokenizer.json) or sentencepiece (for a .model), "
+                              "or drop tokenizer_file")
 
 
 class Vocab:
@@ -149,13 +159,41 @@ class ByteVocab(Vocab):
         return {}
 
 
+def _read_tokenizer_file(path: str | Path, what: str) -> bytes:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"vocab tokenizer_file '{path}' does not exist", f"point tokenizer_file at {what}")
+    return path.read_bytes()
+
+
+def _tokenizer_from_json(text: str):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises plain Exception for malformed JSON and unknown models
+        raise ValueError(f"not a tokenizers JSON file: {e}") from None
+
+
 class BPEVocab(Vocab):
-    """Byte-level BPE from the ``tokenizers`` library (trained on the training split or loaded)."""
+    """Subwords of the ``tokenizers`` library: byte-level BPE trained on the training split, or any
+    tokenizer loaded from its JSON file."""
 
     kind = "bpe"
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "BPEVocab":
+        """Load a tokenizer saved by ``tokenizers`` (``Tokenizer.save``; a Hugging Face tokenizer.json)."""
+        data = _read_tokenizer_file(path, "a tokenizers JSON file (tokenizer.json)")
+        try:
+            return cls(_tokenizer_from_json(data.decode("utf-8")))
+        except ValueError as e:  # UnicodeDecodeError is a ValueError too
+            raise ConfigError(f"vocab tokenizer_file '{path}' cannot be read ({e})",
+                              "pass a file written by tokenizers' Tokenizer.save (tokenizer.json), or use "
+                              "kind sentencepiece for a .model file") from None
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> "BPEVocab":
@@ -191,7 +229,21 @@ class SentencePieceVocab(Vocab):
         import sentencepiece as spm
 
         self.proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)  # RuntimeError when not a model
+        if self.sp.get_piece_size() == 0:
+            raise ValueError("the sentencepiece model holds no pieces")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "SentencePieceVocab":
+        """Load a trained sentencepiece model (the .model file ``SentencePieceTrainer`` writes)."""
+        data = _read_tokenizer_file(path, "a sentencepiece .model file")
+        try:
+            return cls(data)
+        except (RuntimeError, ValueError) as e:
+            raise ConfigError(f"vocab tokenizer_file '{path}' is not a sentencepiece model "
+                              f"({str(e).strip().splitlines()[0]})",
+                              "pass the .model file written by SentencePieceTrainer, or use kind bpe for a "
+                              "tokenizer.json") from None
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> "SentencePieceVocab":
@@ -228,9 +280,7 @@ def load_vocab(path: str | Path) -> Vocab:
         if kind == "byte":
             return ByteVocab()
         if kind == "bpe":
-            from tokenizers import Tokenizer
-
-            return BPEVocab(Tokenizer.from_str(data["tokenizer"]))
+            return BPEVocab(_tokenizer_from_json(data["tokenizer"]))
         if kind == "sentencepiece":
             return SentencePieceVocab(base64.b64decode(data["model"]))
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
