@@ -1,15 +1,21 @@
-"""Relative effective context length (RECL; thesis §2.1.4, "Details About RECL").
+"""Relative effective context length (RECL; thesis §2.1.4, "Details About RECL"; Dai et al. 2019, App. C).
 
-For a model group M = {m_1..m_N} and per-token losses l_i(c, t) at context length c:
+For a model group M = {m_1..m_N} and per-token losses l_i(c, t) = -log P_i(x_t | c previous tokens):
 
-    b(c, t)      = min_i l_i(c, t)                                 baseline of the group
-    f_i(c, c')   = 1/|T_r| sum_{t in T_r} min(b(c, t), l_i(c', t))  relative loss
-    g_i(c, c')   = (f_i(c, c) - f_i(c, c')) / f_i(c, c)            relative gain
+    b(c, t)      = min_i l_i(c, t)                                        baseline of the group
+    f_i(c, c')   = 1/|T| sum_{t in T} min(b(c, t), l_i(c', t))             relative loss
+    g_i(c, c')   = (exp f_i(c, c) - exp f_i(c, c')) / exp f_i(c, c)        relative gain (perplexity)
 
-where T_r holds the ceil(r |T|) positions with the largest baseline loss b(c, t) (r = 1: all
-tokens; small r: the hard tokens). Only improvements over the best short-context prediction of the
-group count, so a model is not credited for gains the others already get with context c.
-RECL_i = the largest c of the grid with g_i(c, c + Δ) >= threshold.
+for c' >= c, where T holds the top-r positions, ceil(r |T|) of them, with the largest baseline loss
+b(c, t) (r = 1: all tokens; small r: the hard tokens). Only losses below the best short-context loss
+of the group count, so every model has to improve over the same baseline; f_i(c, c) is the mean of
+b(c, t) over T and the same for every model. RECL is found by walking the grid with step Δ
+(the paper's algorithm): start at the smallest c, c' = c + Δ; while g_i(c, c') >= threshold (0.01)
+move to c = c', c' = c + Δ; RECL_i is the c where the gain first falls below the threshold. When the
+gain never falls below it on the grid, RECL_i is the largest c reached, a lower bound.
+
+Figure 3 of the paper plots the unnormalised gain exp f_i(c, c) - exp f_i(c, c') (a perplexity
+difference); :func:`run_recl` draws the same.
 
 Context length c is realised with the memory (:func:`genfeat.eval.lm.token_losses`): segments of
 ``seg_len`` tokens and a memory of c - seg_len, so every token attends over between c - seg_len + 1
@@ -52,31 +58,51 @@ def recl_from_losses(losses: np.ndarray, contexts: list[int], r: float = 1.0, de
 
     Args:
         losses: [N, C, T] losses l_i(c, t) for the C context lengths in ``contexts`` (increasing).
-        contexts: the grid of context lengths c.
-        r: fraction of hardest tokens (default 1.0).
-        delta: context step Δ (default: the grid spacing; c + Δ must be on the grid).
+        contexts: the grid of context lengths c; the walk starts at the smallest.
+        r: fraction of hardest tokens, in (0, 1] (default 1.0).
+        delta: context step Δ (default None: c' is the next grid point, so Δ is the grid spacing);
+            c + Δ must be on the grid.
         threshold: relative-gain threshold (default 0.01).
     Returns:
-        ``recl`` [N] (0 when no step on the grid reaches the threshold), ``gains`` [N, C'] relative
-        gains g(c, c + Δ), ``unnormalised`` [N, C'] gains f(c, c) - f(c, c + Δ), and ``starts`` (the c's).
+        ``recl`` [N]; ``at_grid_end`` [N], True where the gain never fell below the threshold on the
+        grid (RECL is then a lower bound); ``gains`` [N, C'] relative gains g(c, c + Δ) and
+        ``unnormalised`` [N, C'] perplexity differences exp f(c, c) - exp f(c, c + Δ) for every c of
+        the grid with c + Δ on it; ``starts`` (those c's).
     """
     if list(contexts) != sorted(set(contexts)):
         raise ValueError(f"contexts must be increasing and distinct, got {contexts}")
+    if losses.ndim != 3 or losses.shape[1] != len(contexts):
+        raise ValueError(f"losses must be [models, {len(contexts)} contexts, tokens], got shape {losses.shape}")
+    if not 0 < r <= 1:
+        raise ValueError(f"r is the fraction of hardest tokens and must be in (0, 1], got {r}")
     index = {c: i for i, c in enumerate(contexts)}
-    starts, gains, raw = [], [], []
-    for i, c in enumerate(contexts):
+
+    def step(c: int) -> int | None:
+        i = index[c]
         nxt = c + delta if delta is not None else (contexts[i + 1] if i + 1 < len(contexts) else None)
-        if nxt is None or nxt not in index:
+        return nxt if nxt in index else None
+
+    starts, gains, raw = [], [], []
+    for c in contexts:
+        nxt = step(c)
+        if nxt is None:
             continue
-        f_short, f_long = relative_losses(losses, i, index[nxt], r)
+        f_short, f_long = relative_losses(losses, index[c], index[nxt], r)
         starts.append(c)
-        raw.append(f_short - f_long)
-        gains.append((f_short - f_long) / f_short)
-    if not starts:
-        raise ValueError("no context c on the grid has c + Δ on the grid")
+        gains.append(-np.expm1(f_long - f_short))  # 1 - exp f(c, c') / exp f(c, c)
+        raw.append(math.exp(f_short) - np.exp(f_long))
+    if not starts or starts[0] != contexts[0]:
+        raise ValueError(f"the smallest context {contexts[0]} + Δ is not on the grid {contexts}")
     gains_arr, raw_arr = np.array(gains).T, np.array(raw).T  # [N, C']
-    recl = [max((c for c, g in zip(starts, row) if g >= threshold), default=0) for row in gains_arr]
-    return {"recl": recl, "gains": gains_arr, "unnormalised": raw_arr, "starts": starts}
+    gain_at = {c: j for j, c in enumerate(starts)}
+    recl, at_end = [], []
+    for row in gains_arr:
+        c = contexts[0]
+        while c in gain_at and row[gain_at[c]] >= threshold:
+            c = step(c)
+        recl.append(c)
+        at_end.append(c not in gain_at)
+    return {"recl": recl, "at_grid_end": at_end, "gains": gains_arr, "unnormalised": raw_arr, "starts": starts}
 
 
 def group_losses(models: dict[str, nn.Module], tokens: torch.Tensor, contexts: list[int], seg_len: int = 16,
@@ -112,7 +138,10 @@ def run_recl(models: dict[str, nn.Module], tokens: torch.Tensor, contexts: list[
     per_r = {x: recl_from_losses(losses, contexts, x, delta, threshold) for x in rs}
     for i, n in enumerate(names):
         results[n] = {f"r={x:g}": per_r[x]["recl"][i] for x in rs}
-        lines.append(f"{n:<20}" + "".join(f"  {per_r[x]['recl'][i]:<8d}" for x in rs))
+        cells = [f"{'>=' if per_r[x]['at_grid_end'][i] else ''}{per_r[x]['recl'][i]}" for x in rs]
+        lines.append(f"{n:<20}" + "".join(f"  {cell:<8}" for cell in cells))
+    if any(any(res["at_grid_end"]) for res in per_r.values()):
+        lines.append(">=: the gain never fell below the threshold on the grid; extend --contexts")
     table = "\n".join(lines)
 
     out = Path(out_dir)
@@ -124,7 +153,7 @@ def run_recl(models: dict[str, nn.Module], tokens: torch.Tensor, contexts: list[
             ax.plot(res["starts"], res["unnormalised"][i], marker="o", label=n)
         ax.set_title(f"unnormalised relative gain, r = {x:g}")
         ax.set_xlabel("context length c")
-        ax.set_ylabel("f(c, c) - f(c, c + Δ)")
+        ax.set_ylabel("perplexity difference with baseline")
     axes[0][0].legend()
     fig.tight_layout()
     with atomic_path(out / "relative_gain.png") as tmp:
@@ -141,6 +170,8 @@ def run_recl(models: dict[str, nn.Module], tokens: torch.Tensor, contexts: list[
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
     write_text_atomic(out / "recl.txt", table + "\n")
-    return {"recl": results, "ppl": {n: {str(c): v for c, v in p.items()} for n, p in ppl.items()},
+    lower_bounds = {n: [f"r={x:g}" for x in rs if per_r[x]["at_grid_end"][i]] for i, n in enumerate(names)}
+    return {"recl": results, "recl_lower_bounds": lower_bounds,
+            "ppl": {n: {str(c): v for c, v in p.items()} for n, p in ppl.items()},
             "contexts": contexts, "threshold": threshold, "delta": delta, "tokens": int(losses.shape[2]),
             "table": table, "plots": [str(out / "relative_gain.png"), str(out / "ppl_vs_context.png")]}
