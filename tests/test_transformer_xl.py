@@ -151,11 +151,121 @@ def test_rel_shift_aligns_distances():
     t, m = 3, 2
     k = t + m
     # Column c holds distance k - 1 - c; after the shift, (i, j) must hold distance (m + i) - j.
-    dist = torch.arange(k - 1, -1, -1).float().expand(t, k)
-    shifted = rel_shift(dist)
+    dist = torch.arange(k - 1, -1, -1).float().expand(t, k).contiguous()
+    shifted = rel_shift(dist, k, offset=t - 1)
     for i in range(t):
         for j in range(m + i + 1):
             assert shifted[i, j] == m + i - j
+    # Bidirectional (XLNet) encodings of distances k .. -t+1 cover every (query, key) pair.
+    both = torch.arange(k, -t, -1).float().expand(t, k + t).contiguous()
+    shifted = rel_shift(both, k, offset=k - m)
+    assert all(shifted[i, j] == m + i - j for i in range(t) for j in range(k))
+    with pytest.raises(ValueError, match="do not cover"):
+        rel_shift(dist, k, offset=0)
+
+
+def reference_attention(attn, content, pos, mask, u, w, d0, seg_bias=None):
+    """Eq. 2.3 written out: gather R_{i-j} for every (query, key) pair, no shift trick."""
+    b, klen, _ = content.shape
+    h, e = attn.n_head, attn.d_head
+    t = mask.shape[-2]
+    q, k, v = (x.view(b, klen, h, e) for x in attn.qkv(content).chunk(3, -1))
+    q = q[:, klen - t:]
+    dist = (klen - t) + torch.arange(t)[:, None] - torch.arange(klen)[None, :]   # [t, k]
+    col = (d0 - dist).clamp(0, pos.shape[0] - 1)
+    if attn.kind == "relative":
+        r = attn.r_net(pos).view(-1, h, e)[col]                                    # [t, k, h, e]
+        score = torch.einsum("bthe,bkhe->bhtk", q + u, k) + torch.einsum("bthe,tkhe->bhtk", q + w, r)
+    else:
+        score = (torch.einsum("bthe,bkhe->bhtk", q, k) + torch.einsum("bthe,tkhe->bhtk", q, attn.r_emb[pos][col])
+                 + attn.r_bias[pos][col].permute(2, 0, 1)[None])
+    if seg_bias is not None:
+        score = score + seg_bias
+    score = score * attn.scale
+    score = score.masked_fill(mask if mask.dim() == 2 else mask[:, None], torch.finfo(score.dtype).min)
+    out = torch.einsum("bhtk,bkhe->bthe", torch.softmax(score, -1), v).reshape(b, t, h * e)
+    return attn.out(out)
+
+
+@pytest.mark.parametrize("kind", ["relative", "shaw"])
+@pytest.mark.parametrize("layout", ["causal", "causal_3d_mask", "bidirectional", "segments"])
+def test_fused_relative_attention_matches_reference_values_and_gradients(kind, layout):
+    from genfeat.nn.attention import RelativeMultiHeadAttention, sinusoid
+
+    torch.manual_seed(0)
+    b, t, m, h, e, d = 2, 5, 3, 2, 4, 8
+    klen = m + t
+    attn = RelativeMultiHeadAttention(d, h, e, kind=kind, max_dist=16).double()
+    for p in attn.parameters():
+        torch.nn.init.normal_(p, 0.0, 0.5)
+    content = torch.randn(b, klen, d, dtype=torch.double, requires_grad=True)
+    u, w = (torch.randn(h, e, dtype=torch.double, requires_grad=True) for _ in range(2))
+    kw, seg_bias = {}, None
+    if layout == "bidirectional":
+        # XLNet: encodings of distances k .. -t+1 and an arbitrary (non-causal) mask.
+        dists = torch.arange(klen, -t, -1)
+        mask = torch.rand(b, t, klen) < 0.3
+        mask[..., 0] = False
+        kw["pos_max"], d0 = klen, klen
+    else:
+        dists = torch.arange(klen - 1, -1, -1)
+        mask = causal_mask(t, m, "cpu")
+        d0 = klen - 1
+        if layout != "causal":
+            mask = mask.expand(b, t, klen).clone()
+            mask[1, :, 0] = True
+    if layout == "segments":
+        seg_mat = torch.nn.functional.one_hot(torch.randint(0, 2, (b, t, klen)), 2).double()
+        seg_embed = torch.randn(2, h, e, dtype=torch.double, requires_grad=True)
+        r_s_bias = torch.randn(h, e, dtype=torch.double, requires_grad=True)
+        kw.update(seg_mat=seg_mat, seg_embed=seg_embed, r_s_bias=r_s_bias)
+        q = attn.qkv(content)[..., : h * e].view(b, klen, h, e)[:, m:]
+        seg_bias = torch.einsum("bths,btks->bhtk", torch.einsum("bthe,she->bths", q + r_s_bias, seg_embed), seg_mat)
+    pos = sinusoid(dists, d).double() if kind == "relative" else dists.clamp(max=15)
+    leaves = [content, u, w, *attn.parameters(), *[kw[n] for n in ("seg_embed", "r_s_bias") if n in kw]]
+    results = []
+    for fn in (lambda: attn(content, pos, mask, u, w, **kw),
+               lambda: reference_attention(attn, content, pos, mask, u, w, d0, seg_bias)):
+        out = fn()
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum(),
+                                    leaves, allow_unused=True)
+        results.append((out, grads))
+    (out, grads), (ref, ref_grads) = results
+    torch.testing.assert_close(out, ref)
+    for g, rg in zip(grads, ref_grads):
+        if rg is None:
+            assert g is None or not g.abs().any()
+        else:
+            torch.testing.assert_close(g, rg)
+
+
+def test_fused_attention_dropatt_is_applied_consistently_in_backward():
+    from genfeat.nn.attention import RelativeMultiHeadAttention, sinusoid
+
+    torch.manual_seed(0)
+    attn = RelativeMultiHeadAttention(8, 2, 4, dropatt=0.5).double().train()
+    content = torch.randn(2, 6, 8, dtype=torch.double, requires_grad=True)
+    u, w = torch.zeros(2, 4, dtype=torch.double), torch.zeros(2, 4, dtype=torch.double)
+    pos, mask = sinusoid(torch.arange(5, -1, -1), 8).double(), causal_mask(4, 2, "cpu")
+
+    def run():
+        torch.manual_seed(3)  # the same dropout draw in every call
+        return attn(content, pos, mask, u, w)
+
+    assert not torch.equal(run(), attn.eval()(content, pos, mask, u, w))
+    attn.train()
+    out = run()
+    (g,) = torch.autograd.grad(out.sum(), content)
+    eps = 1e-6
+    delta = torch.zeros_like(content)
+    delta[1, 3, 2] = eps
+    with torch.no_grad():
+        content.add_(delta)
+        plus = run().sum()
+        content.sub_(2 * delta)
+        minus = run().sum()
+        content.add_(delta)
+    assert abs((plus - minus).item() / (2 * eps) - g[1, 3, 2].item()) < 1e-6
 
 
 def test_bf16_autocast_forward():

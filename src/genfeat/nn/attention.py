@@ -31,18 +31,126 @@ def sinusoid(pos: Tensor, d: int) -> Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-def rel_shift(x: Tensor) -> Tensor:
-    """Realign scores indexed by distance to scores indexed by key (linear cost).
+def rel_shift(scores: Tensor, klen: int, offset: int) -> Tensor:
+    """Realign scores indexed by distance to scores indexed by key, as a strided view (no copy).
+
+    Row i of ``scores`` holds the score of query i for distance ``d0 - c`` in column c; query i sits
+    at absolute position ``m + i`` and key j at j, so (i, j) needs column ``offset - i + j`` with
+    ``offset = d0 - m``. Moving one row down moves one column left, so the whole realignment is the
+    view with row stride P - 1 ("Efficient Computation", §2.1.3, without the padded copy).
 
     Args:
-        x: [..., t, k] where column c of row i holds the score for distance k - 1 - c.
+        scores: [..., t, P] contiguous in its last two dims.
+        klen: number of keys k.
+        offset: ``d0 - m``; ``t - 1`` for causal attention over distances k-1 .. 0.
     Returns:
-        [..., t, k] where column j of row i holds the score for distance (i + k - t) - j.
-        Entries with j beyond the query's own position hold garbage and must be masked.
+        [..., t, k] view. Entries whose distance is outside the encoded range (for causal attention,
+        keys after the query) read neighbouring rows and must be masked.
     """
-    *lead, t, k = x.shape
-    padded = F.pad(x, (1, 0))  # [..., t, k + 1]
-    return padded.view(*lead, k + 1, t)[..., 1:, :].reshape(*lead, t, k)
+    *lead, t, p = scores.shape
+    if offset < t - 1 or (t - 1) * (p - 1) + klen - 1 + offset > t * p - 1:
+        raise ValueError(f"distances in scores [.., {t}, {p}] do not cover {klen} keys at offset {offset}")
+    strides = (*scores.stride()[:-2], p - 1, 1)
+    return scores.as_strided((*lead, t, klen), strides, scores.storage_offset() + offset)
+
+
+def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor | None, bias: Tensor | None,
+                mask: Tensor | None, offset: int, scale: float) -> Tensor:
+    """Masked, scaled scores [h, b, t, k] of Eq. 2.3 in at least fp32 (qu, qw already scaled)."""
+    h, b, t, e = qw.shape
+    acc = _accumulation_dtype(k)
+    score = torch.matmul(qu, k.transpose(-1, -2)).to(acc)                      # (a) + (c)
+    bd = torch.matmul(qw.reshape(h, b * t, e), r.transpose(1, 2)).to(acc)       # (b) + (d) by distance: [h, b*t, P]
+    if pos_bias is not None:
+        bd.add_(pos_bias[:, None, :], alpha=scale)
+    score.add_(rel_shift(bd.view(h, b, t, -1), k.shape[2], offset))
+    if bias is not None:
+        score.add_(bias, alpha=scale)
+    if mask is not None:
+        score.masked_fill_(mask, torch.finfo(score.dtype).min)
+    return score
+
+
+class _RelativeAttentionCore(torch.autograd.Function):
+    """softmax(scale * (A^rel + bias), masked) · v with a hand-written backward (Eq. 2.3).
+
+    Saves q, k, v, r and the rows' log-sum-exp; the [t, k] probabilities are recomputed in
+    backward rather than stored, and the distance realignment is a strided view in both passes.
+    Inputs use the head-major layout [h, b, ...] so one matmul per head covers the whole batch
+    for the position terms and a [b, t, k] mask broadcasts over heads.
+    """
+
+    @staticmethod
+    def forward(ctx, q, u, w, k, v, r, pos_bias, bias, mask, offset, scale, p_drop):
+        with torch.autocast(q.device.type, enabled=False):
+            qu, qw = _biased_queries(q, u, w, scale, k.dtype)
+            score = _rel_scores(qu, qw, k, r, pos_bias, bias, mask, offset, scale)
+            lse = torch.logsumexp(score, dim=-1, keepdim=True)
+            prob = score.sub_(lse).exp_()
+            keep = None
+            if p_drop > 0:
+                keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
+                prob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
+            out = torch.matmul(prob.to(v.dtype), v)                              # [h, b, t, e]
+        ctx.save_for_backward(q, u, w, k, v, r, pos_bias, bias, mask, lse, keep)
+        ctx.offset, ctx.scale, ctx.p_drop = offset, scale, p_drop
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, u, w, k, v, r, pos_bias, bias, mask, lse, keep = ctx.saved_tensors
+        scale, p_drop = ctx.scale, ctx.p_drop
+        h, b, t, e = q.shape
+        qu, qw = _biased_queries(q, u, w, scale, k.dtype)
+        prob = _rel_scores(qu, qw, k, r, pos_bias, bias, mask, ctx.offset, scale).sub_(lse).exp_()
+        dout = dout.to(v.dtype)
+        dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
+        if keep is not None:
+            dprob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
+            dv = torch.matmul((prob * keep).mul_(1.0 / (1.0 - p_drop)).to(v.dtype).transpose(-1, -2), dout)
+        else:
+            dv = torch.matmul(prob.to(v.dtype).transpose(-1, -2), dout)
+        # Softmax backward in place: dscore = p * (dprob - <dprob, p>); blocked entries have p = 0.
+        row = torch.matmul(dprob.unsqueeze(-2), prob.unsqueeze(-1)).squeeze(-1)
+        dscore = dprob.sub_(row).mul_(prob)
+        del prob
+        ds = dscore.to(k.dtype)
+        dqu = torch.matmul(ds, k)
+        dk = torch.matmul(ds.transpose(-1, -2), qu)
+        # Scatter the key-indexed gradient back to distances through the same strided view. Rows
+        # overlap only in entries that read a neighbouring row, whose gradient is zero (masked).
+        p = r.shape[1]
+        dbd = dscore.new_zeros(h, b, t, p)
+        view = rel_shift(dbd, k.shape[2], ctx.offset)
+        cols = min(k.shape[2], p - 1)
+        view[..., :cols].copy_(dscore[..., :cols])
+        if cols < k.shape[2]:
+            view[..., -1, cols:].copy_(dscore[..., -1, cols:])
+        dbd = dbd.view(h, b * t, p)
+        ds_pos = dbd.to(r.dtype)
+        dqw = torch.matmul(ds_pos, r).view(h, b, t, e)
+        dr = torch.matmul(ds_pos.transpose(1, 2), qw.reshape(h, b * t, e))
+        dqu, dqw = dqu.to(lse.dtype), dqw.to(lse.dtype)
+        dq = (dqu + dqw).mul_(scale)
+        du = dqu.sum((1, 2)).mul_(scale).to(u.dtype) if u is not None and ctx.needs_input_grad[1] else None
+        dw = dqw.sum((1, 2)).mul_(scale).to(w.dtype) if w is not None and ctx.needs_input_grad[2] else None
+        dpos = dbd.sum(1).mul_(scale).to(pos_bias.dtype) if pos_bias is not None and ctx.needs_input_grad[6] else None
+        dbias = dscore.mul_(scale).to(bias.dtype) if bias is not None and ctx.needs_input_grad[7] else None
+        return dq.to(q.dtype), du, dw, dk.to(k.dtype), dv.to(v.dtype), dr.to(r.dtype), dpos, dbias, None, None, None, None
+
+
+def _biased_queries(q: Tensor, u: Tensor | None, w: Tensor | None, scale: float, dtype) -> tuple[Tensor, Tensor]:
+    """(q + u) * scale and (q + w) * scale in ``dtype``; q [h, b, t, e], u and w [h, e] or None."""
+    acc = _accumulation_dtype(q)
+    qa = q.to(acc)
+    qu = qa if u is None else qa + u.to(acc)[:, None, None, :]
+    qw = qa if w is None else qa + w.to(acc)[:, None, None, :]
+    return (qu * scale).to(dtype), (qw * scale).to(dtype)
+
+
+def _accumulation_dtype(x: Tensor) -> torch.dtype:
+    """Scores and softmax run in fp32 for low-precision inputs, in the inputs' dtype otherwise."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def causal_mask(t: int, m: int, device, same_length: bool = False, mem_len: int | None = None) -> Tensor:
@@ -99,51 +207,48 @@ class RelativeMultiHeadAttention(nn.Module):
     def forward(self, content: Tensor, pos: Tensor, mask: Tensor | None, r_w_bias: Tensor | None = None,
                 r_r_bias: Tensor | None = None, query: Tensor | None = None,
                 seg_mat: Tensor | None = None, seg_embed: Tensor | None = None,
-                r_s_bias: Tensor | None = None) -> Tensor:
+                r_s_bias: Tensor | None = None, pos_max: int | None = None) -> Tensor:
         """Attend from the last t positions (or from ``query``) over all k content positions.
 
         Args:
             content: [b, k, d] memory followed by the current segment.
-            pos: ``relative``: sinusoid encodings [k, d] of distances k-1 .. 0 (clamped);
-                ``shaw``: long tensor [k] of distances k-1 .. 0 clamped to max_dist - 1.
+            pos: ``relative``: sinusoid encodings [P, d] of decreasing distances, by default the
+                P = k distances k-1 .. 0 (clamped); ``shaw``: long tensor [P] of those distances
+                clamped to max_dist - 1.
             mask: bool [t, k] or [b, t, k], True = blocked; None = attend everywhere.
             r_w_bias, r_r_bias: u and v, [h, e] (required for ``relative``).
             query: [b, t, d] a separate query stream (XLNet's query stream); default: the last t
                 content positions.
             seg_mat: [b, t, k, 2] one-hot "same segment / different segment" (XLNet).
             seg_embed: [2, h, e] segment encodings s; r_s_bias: [h, e] segment bias.
+            pos_max: the distance ``pos[0]`` encodes (default P - 1; XLNet's bidirectional
+                encodings of k .. -t+1 pass k).
         Returns:
             [b, t, d] attention output (before the residual connection).
         """
         b, klen, _ = content.shape
-        hd = self.n_head * self.d_head
+        h, e = self.n_head, self.d_head
+        w_q, w_kv = self.qkv.weight.split([h * e, 2 * h * e])
         # Keys and values over memory + segment, queries only where they are asked for.
-        k, v = (self._split(x) for x in F.linear(content, self.qkv.weight[hd:]).chunk(2, dim=-1))
+        k, v = F.linear(content, w_kv).view(b, klen, 2, h, e).permute(2, 3, 0, 1, 4).contiguous().unbind(0)
         if query is None:
             query = content[:, klen - (mask.shape[-2] if mask is not None else klen):]
-        q = self._split(F.linear(query, self.qkv.weight[:hd]))
-        t = q.shape[2]
+        t = query.shape[1]
+        q = F.linear(query, w_q).view(b, t, h, e).permute(2, 0, 1, 3).contiguous()   # [h, b, t, e]
         if self.kind == "relative":
-            r = self.r_net(pos).view(klen, self.n_head, self.d_head).permute(1, 2, 0)  # [h, e, k]
-            ac = torch.matmul(q + r_w_bias[:, None, :], k.transpose(-1, -2))          # (a) + (c): [b, h, t, k]
-            bd = rel_shift(torch.matmul(q + r_r_bias[:, None, :], r))                 # (b) + (d): [b, h, t, k]
+            r = self.r_net(pos).view(-1, h, e).transpose(0, 1).contiguous()       # [h, P, e]
+            u, w, pos_bias = r_w_bias, r_r_bias, None
         else:
-            r = self.r_emb[pos].permute(1, 2, 0)                                       # [h, e, k]
-            ac = torch.matmul(q, k.transpose(-1, -2))
-            bd = rel_shift(torch.matmul(q, r) + self.r_bias[pos].t()[None, :, None, :])
-        # In place: matmul outputs are not saved for backward, so the sum can reuse ac's storage.
-        score = ac.add_(bd)
+            r = self.r_emb[pos].transpose(0, 1).contiguous()
+            u, w, pos_bias = None, None, self.r_bias[pos].t()                       # [h, P]
+        bias = None
         if seg_mat is not None:
-            ef = torch.einsum("bhte,she->bhts", q + r_s_bias[:, None, :], seg_embed)    # [b, h, t, 2]
-            score = score + torch.einsum("bhts,btks->bhtk", ef, seg_mat.to(ef.dtype))
-        score = score.mul_(self.scale)
-        if mask is not None:
-            score = score.masked_fill_(mask if mask.dim() == 2 else mask[:, None], torch.finfo(score.dtype).min)
-        prob = torch.softmax(score, dim=-1, dtype=torch.float32).to(v.dtype)
-        if self.dropatt.p > 0:
-            prob = self.dropatt(prob)
-        out = torch.matmul(prob, v).transpose(1, 2).reshape(b, t, self.n_head * self.d_head)
-        return self.out(out)
+            ef = torch.einsum("hbte,she->hbts", q + r_s_bias[:, None, None, :], seg_embed)   # [h, b, t, 2]
+            bias = torch.einsum("hbts,btks->hbtk", ef, seg_mat.to(ef.dtype))
+        offset = (pos.shape[0] - 1 if pos_max is None else pos_max) - (klen - t)
+        p_drop = self.dropatt.p if self.training else 0.0
+        out = _RelativeAttentionCore.apply(q, u, w, k, v, r, pos_bias, bias, mask, offset, self.scale, p_drop)
+        return self.out(out.permute(1, 2, 0, 3).reshape(b, t, h * e))
 
 
 class AbsoluteMultiHeadAttention(nn.Module):
