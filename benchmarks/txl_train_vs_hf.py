@@ -19,6 +19,11 @@ with glibc's mmap threshold fixed so that freed tensors leave the resident set.
 genfeat is also measured with layer checkpointing (``checkpoint_layers``), reported separately as
 ``checkpointed_speedup`` and ``checkpointed_memory_ratio``; the headline figures use the default.
 
+On CUDA (``--device cuda``) the steps are timed between device synchronisations and peak memory is
+the CUDA allocator's peak during each side's steps minus what it held before them (both in this
+process). ``--precision bf16`` runs both sides' forward passes under bf16 autocast; the loss
+comparison stays fp32.
+
 Loss: on the first batch, fp32, same weights, fresh memory (HF given zero-length mems), the mean
 loss of the t-1 positions both score.
 
@@ -45,16 +50,16 @@ HF_KW = dict(vocab_size=V, cutoffs=CUTOFFS, div_val=1, d_model=256, d_embed=256,
 WARMUP, ROUNDS, ROUND_STEPS = 3, 6, 4
 
 
-def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches(n: int, device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
     data_dir = os.environ.get("GENFEAT_DATA")
     if data_dir and (Path(data_dir) / "ptb" / "ptb.train.txt").is_file():
         from genfeat.data.corpora import load_corpus
         from genfeat.data.lm import LMOrderedStream
 
         stream = LMOrderedStream(load_corpus("ptb").splits["train"], B, T)
-        return [(b.input, b.target) for b in (next(stream) for _ in range(n))]
+        return [(b.input.to(device), b.target.to(device)) for b in (next(stream) for _ in range(n))]
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, V, (B, n * T + 1), generator=g)
+    ids = torch.randint(0, V, (B, n * T + 1), generator=g).to(device)
     return [(ids[:, i * T:(i + 1) * T], ids[:, i * T + 1:(i + 1) * T + 1]) for i in range(n)]
 
 
@@ -73,10 +78,12 @@ def build(tmp: Path):
 class Side:
     """One implementation's training state: model, optimizer, memory."""
 
-    def __init__(self, name, model):
+    def __init__(self, name, model, precision: str = "fp32"):
         from genfeat.framework import OptimConfig
 
         self.name, self.model, self.mems = name, model, None
+        device = next(model.parameters()).device.type
+        self.autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
         # Each side's library default: genfeat's OptimConfig (fused AdamW) and torch's AdamW,
         # which the HF Trainer's default optimizer ("adamw_torch") builds.
         if name == "hf":
@@ -84,37 +91,38 @@ class Side:
         else:
             self.opt = OptimConfig(name="adamw", lr=1e-4).build(model.parameters())
 
-    def step(self, x, y) -> float:
-        if self.name == "hf":
-            out = self.model(x, mems=self.mems, labels=x)
-            loss = out.losses.mean()
-        else:
-            out = self.model(x, mems=self.mems, labels=y)
-            loss = -out.target_log_probs.mean()
+    def step(self, x, y) -> torch.Tensor:
+        with self.autocast:
+            if self.name == "hf":
+                out = self.model(x, mems=self.mems, labels=x)
+                loss = out.losses.float().mean()
+            else:
+                out = self.model(x, mems=self.mems, labels=y)
+                loss = -out.target_log_probs.mean()
         self.mems = out.mems
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        return float(loss.detach())
+        return loss.detach()
 
 
 def loss_diff(hf, ours, x, y) -> float:
     with torch.no_grad():
         hf.eval(), ours.eval()
-        empty = [torch.zeros(0, B, 256) for _ in range(4)]
+        empty = [torch.zeros(0, B, 256, device=x.device) for _ in range(4)]
         hf_loss = hf(x, mems=empty, labels=x).losses.mean()
         our_loss = -ours(x, labels=y).target_log_probs[:, :-1].mean()
         hf.train(), ours.train()
     return abs(float(hf_loss) - float(our_loss))
 
 
-def memory_probe(which: str) -> None:
+def memory_probe(which: str, precision: str) -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         hf, ours = build(Path(tmp))
     if which == "genfeat-ckpt":
         ours.config.checkpoint_layers = True
-    side = Side("hf" if which == "hf" else "genfeat", hf if which == "hf" else ours)
+    side = Side("hf" if which == "hf" else "genfeat", hf if which == "hf" else ours, precision)
     del hf, ours
     data = batches(WARMUP + 3)
     rss_before = _status_kb("VmRSS")
@@ -137,53 +145,69 @@ def _status_kb(field: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-ckpt"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
     if args.memory_probe:
-        memory_probe(args.memory_probe)
+        memory_probe(args.memory_probe, args.precision)
         return
+    cuda = args.device == "cuda"
+    round_steps = ROUND_STEPS * (10 if cuda else 1)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         hf, ours = build(Path(tmp))
-    data = batches(WARMUP + ROUNDS * ROUND_STEPS)
+    hf, ours = hf.to(args.device), ours.to(args.device)
+    data = batches(WARMUP + ROUNDS * round_steps, args.device)
     diff = loss_diff(hf, ours, *data[0])
-    sides = {"hf": Side("hf", hf), "genfeat": Side("genfeat", ours)}
+    sides = {"hf": Side("hf", hf, args.precision), "genfeat": Side("genfeat", ours, args.precision)}
+    peaks = {}
+
+    def timed(name: str, chunk) -> float:
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
+        t0 = time.perf_counter()
+        for x, y in chunk:
+            sides[name].step(x, y)
+        if cuda:
+            torch.cuda.synchronize()
+            peak = (torch.cuda.max_memory_allocated() - held) // 1024
+            peaks[name] = max(peaks.get(name, 0), peak)
+        return len(chunk) * B * T / (time.perf_counter() - t0)
+
     for side in sides.values():
         for x, y in data[:WARMUP]:
             side.step(x, y)
     rates: dict[str, list[float]] = {"hf": [], "genfeat": []}
     for r in range(ROUNDS):
-        chunk = data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]
+        chunk = data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps]
         order = ["hf", "genfeat"] if r % 2 == 0 else ["genfeat", "hf"]
         for name in order:
-            t0 = time.perf_counter()
-            for x, y in chunk:
-                sides[name].step(x, y)
-            rates[name].append(len(chunk) * B * T / (time.perf_counter() - t0))
-    # glibc's dynamic mmap threshold keeps freed blocks of up to 32 MB in the heap, so the peak
-    # resident size would measure allocator history; a fixed threshold makes it the live peak.
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    peaks = {}
-    for name in ("hf", "genfeat", "genfeat-ckpt"):
-        proc = subprocess.run([sys.executable, __file__, "--memory-probe", name], capture_output=True, text=True,
-                              check=True, env=env)
-        peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
+            rates[name].append(timed(name, chunk))
+    if not cuda:
+        # glibc's dynamic mmap threshold keeps freed blocks of up to 32 MB in the heap, so the peak
+        # resident size would measure allocator history; a fixed threshold makes it the live peak.
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+        for name in ("hf", "genfeat", "genfeat-ckpt"):
+            proc = subprocess.run([sys.executable, __file__, "--memory-probe", name, "--precision", args.precision],
+                                  capture_output=True, text=True, check=True, env=env)
+            peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
     ours.config.checkpoint_layers = True
-    sides["genfeat-ckpt"] = Side("genfeat", ours)
+    sides["genfeat-ckpt"] = Side("genfeat", ours, args.precision)
     sides["genfeat-ckpt"].opt, sides["genfeat-ckpt"].mems = sides["genfeat"].opt, sides["genfeat"].mems
-    ckpt_rates = []
-    for r in range(2):
-        chunk = data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]
-        t0 = time.perf_counter()
-        for x, y in chunk:
-            sides["genfeat-ckpt"].step(x, y)
-        ckpt_rates.append(len(chunk) * B * T / (time.perf_counter() - t0))
+    ckpt_rates = [timed("genfeat-ckpt", data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps])
+                  for r in range(2)]
     hf_tps, ours_tps = statistics.median(rates["hf"]), statistics.median(rates["genfeat"])
     result = {"speedup": ours_tps / hf_tps, "memory_ratio": peaks["genfeat"] / peaks["hf"], "loss_abs_diff": diff,
               "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": peaks["genfeat"] / 1024,
               "hf_peak_mb": peaks["hf"] / 1024,
               "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
-              "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"], "rounds": ROUNDS, "steps_per_round": ROUND_STEPS,
-              "threads": torch.get_num_threads(), "torch": torch.__version__}
+              "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"], "rounds": ROUNDS, "steps_per_round": round_steps,
+              "threads": torch.get_num_threads(), "torch": torch.__version__, "device": args.device,
+              "precision": args.precision}
+    if cuda:
+        result["gpu"] = torch.cuda.get_device_name()
     print(json.dumps(result))
 
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 RECIPE = """method: transformer_xl
 data: {corpus: ptb, batch_size: 4, tgt_len: 8}
@@ -51,6 +52,13 @@ def test_missing_checkpoint(tmp_path):
     proc = genfeat("evaluate", "--checkpoint", str(tmp_path / "none"), "--data", "ptb:test", "--tgt-len", "8",
                    "--mem-len", "8")
     assert_one_line_error(proc, "not a model directory")
+
+
+def test_bad_device(tmp_path):
+    args = ["--checkpoint", str(tmp_path / "none"), "--data", "ptb:test", "--tgt-len", "8", "--mem-len", "8"]
+    assert_one_line_error(genfeat("evaluate", *args, "--device", "gpu"), "--device is 'gpu', not a device")
+    if not torch.cuda.is_available():
+        assert_one_line_error(genfeat("evaluate", *args, "--device", "cuda"), "CUDA is not available")
 
 
 def test_debug_shows_traceback(tmp_path):

@@ -44,10 +44,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, _fmt(result))
 
 
-def _load_lm(path: str):
+def _load_lm(path: str, device: str = "cpu"):
+    from .framework.trainer import resolve_device
     from .hub import load_checkpoint
 
-    return load_checkpoint(path, architecture="transformer_xl")
+    target = resolve_device(device, "--device")
+    model, vocab = load_checkpoint(path, architecture="transformer_xl")
+    return model.to(target), vocab
 
 
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
@@ -56,7 +59,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     _no_extra(extra)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, vocab = _load_lm(args.checkpoint)
+    model, vocab = _load_lm(args.checkpoint, args.device)
     from .data.corpora import load_split
     from .eval.lm import evaluate_lm
 
@@ -79,14 +82,14 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
     from .generation import generate
 
     _no_extra(extra)
-    model, vocab = _load_lm(args.checkpoint)
+    model, vocab = _load_lm(args.checkpoint, args.device)
     if vocab is None:
         raise ConfigError(f"checkpoint '{args.checkpoint}' has no vocab.json, so a text prompt cannot be encoded",
                           "save the model with its vocabulary (genfeat checkpoints include it)")
     ids = vocab.encode(args.prompt) if args.prompt else []
     if not ids:
         ids = [0]
-    g = torch.Generator().manual_seed(args.seed)
+    g = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed)
     t0 = time.time()
     with torch.no_grad():
         out = generate(model, torch.tensor(ids), args.length, top_k=args.top_k, temperature=args.temperature,
@@ -108,7 +111,7 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
         if "=" not in item:
             raise ConfigError(f"--model '{item}' is not NAME=CHECKPOINT", "write e.g. --model xl=runs/ptb/final")
         name, path = item.split("=", 1)
-        model, vocab = _load_lm(path)
+        model, vocab = _load_lm(path, args.device)
         if vocab0 is not None and vocab is not None and len(vocab) != len(vocab0):
             raise ConfigError(f"model '{name}' has a vocabulary of {len(vocab)} types, the others {len(vocab0)}",
                               "compare models trained on the same corpus and vocabulary")
@@ -149,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
+    device_kw = dict(default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
 
     r = sub.add_parser("run", parents=[common], help="train and evaluate what a recipe names",
                        description="Extra arguments --section.field VALUE override recipe fields.")
@@ -170,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int, default=1, help="contiguous streams (default 1: one stream)")
     e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0: all)")
     e.add_argument("--threads", type=int, default=0)
+    e.add_argument("--device", **device_kw)
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=cmd_evaluate)
 
@@ -181,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--mem-len", type=int, default=None)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", **device_kw)
     g.add_argument("--json", action="store_true")
     g.set_defaults(fn=cmd_generate)
 
@@ -194,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--delta", type=int, default=None, help="context step Δ (default: the grid spacing)")
     c.add_argument("--threshold", type=float, default=0.01, help="relative-gain threshold")
     c.add_argument("--max-tokens", type=int, default=0)
+    c.add_argument("--device", **device_kw)
     c.add_argument("--out", default="runs/recl", help="directory for the PNG plots and table")
     c.add_argument("--json", action="store_true")
     c.set_defaults(fn=cmd_recl)

@@ -111,11 +111,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; ``option`` names the setting in errors."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ConfigError(f"{option} is '{name}', not a device", f"set {option} to auto, cpu, cuda or cuda:N")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device is '{name}' but CUDA is not available", "set --train.device cpu (or auto)")
+        raise ConfigError(f"{option} is '{name}' but CUDA is not available", f"set {option} cpu (or auto)")
     return torch.device(name)
 
 
