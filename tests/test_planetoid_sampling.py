@@ -74,3 +74,34 @@ def test_negative_sampling_loss_matches_eq_3_12():
     want = -(np.log(1 / (1 + np.exp(-2.0))) + np.log(1 / (1 + np.exp(-1.0))) + np.log(1 / (1 + np.exp(-0.5))))
     assert out.count == 3
     assert abs(float(out.loss_sum) - want) < 1e-5
+
+
+class _Full(torch.nn.Module):
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+        self.calls = []
+
+    def context_logits(self, i):
+        self.calls.append(i.clone())
+        return self.logits[i]
+
+
+def test_softmax_context_loss_is_negative_log_likelihood_of_positive_pairs():
+    # the released code's default (neg_samp = 0): -log softmax over all nodes, negatives ignored
+    logits = torch.tensor([[0.0, 2.0, -1.0], [1.0, 0.5, 0.0], [0.3, 0.0, 0.0]])
+    batch = {"i": torch.tensor([1, 0, 1, 2, 1]), "c": torch.tensor([2, 1, 0, 0, 1]),
+             "gamma": torch.tensor([1.0, 1.0, 1.0, -1.0, 1.0])}
+    model = _Full(logits)
+    out = GraphContextObjective("softmax")(model, batch)
+    logp = logits.log_softmax(-1)
+    want = -(logp[1, 2] + logp[0, 1] + logp[1, 0] + logp[1, 1])
+    assert out.count == 4
+    assert torch.allclose(out.loss_sum, want)
+    # each distinct centre node is normalised once, and the negative's node not at all
+    assert sorted(model.calls[0].tolist()) == [0, 1]
+
+
+def test_unknown_context_loss_is_refused():
+    with pytest.raises(ValueError, match="negative_sampling or softmax"):
+        GraphContextObjective("nce")

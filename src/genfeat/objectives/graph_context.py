@@ -129,15 +129,34 @@ class ContextSampler:
 
 
 class GraphContextObjective(Objective):
-    """Negative-sampling context loss, Eq. 3.12: −Σ log σ(γ · w_c^T e_i) over the sampled pairs.
+    """Context loss over sampled pairs (i, c, γ).
 
-    The model supplies ``context_score(i, c) -> (b,)`` = w_c^T e_i (Planetoid-T/-G: e_i a free
-    embedding; Planetoid-I: e_i = h(x_i)).
+    ``negative_sampling`` (Eq. 3.12): −Σ log σ(γ · w_c^T e_i) over all pairs; the model supplies
+    ``context_score(i, c) -> (b,)``.
+    ``softmax`` (the released code's default, ``neg_samp = 0``): −Σ log p(c | i) over the positive
+    pairs, p(c | i) = softmax_c(w_c^T e_i + b_c) over all n nodes, so no negatives are needed; the
+    model supplies ``context_logits(i) -> (b, n)``.
+
+    Planetoid-T/-G: e_i a free embedding; Planetoid-I: e_i = h(x_i).
+
+    Args:
+        loss: ``negative_sampling`` (default) or ``softmax``.
     """
 
     name = "context"
 
+    def __init__(self, loss: str = "negative_sampling"):
+        if loss not in ("negative_sampling", "softmax"):
+            raise ValueError(f"context loss must be negative_sampling or softmax, got {loss!r}")
+        self.loss = loss
+
     def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        if self.loss == "softmax":
+            pos = batch["gamma"] > 0
+            # a walk yields many pairs per node: normalise each distinct i once, then gather its contexts
+            nodes, row = torch.unique(batch["i"][pos], return_inverse=True)
+            logp = model.context_logits(nodes).log_softmax(-1)
+            return LossOutput(-logp[row, batch["c"][pos]].sum(), int(pos.sum()))
         score = model.context_score(batch["i"], batch["c"])
         loss_sum = -F.logsigmoid(batch["gamma"] * score).sum()
         return LossOutput(loss_sum, int(batch["i"].numel()))
