@@ -1,4 +1,5 @@
-"""Planetoid model variants, the generic classification objective, and a short end-to-end run on Cora."""
+"""Planetoid model variants, the generic classification objective (with per-branch losses), the recipe's
+checks, and a short end-to-end run on Cora."""
 
 import os
 import pathlib
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from genfeat.config import from_dict
+from genfeat.errors import ConfigError
 from genfeat.models.planetoid import PlanetoidModel
 from genfeat.objectives.classification import ClassificationObjective
 
@@ -16,6 +19,7 @@ DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
 @dataclass
 class _Out:
     logits: torch.Tensor
+    aux_logits: tuple = ()
 
 
 class _Fixed(torch.nn.Module):
@@ -30,6 +34,54 @@ def test_classification_objective_sums_and_counts():
     want = torch.nn.functional.cross_entropy(logits[:2], labels[:2], reduction="sum")
     assert out.count == 2 and out.logs["correct"] == 1.0
     assert torch.allclose(out.loss_sum, want)
+
+
+class _Branches(torch.nn.Module):
+    def forward(self, x):
+        return _Out(x, (2 * x, -x))
+
+
+def test_classification_objective_adds_weighted_branch_losses():
+    # the released Planetoid code's layer_loss: a cross-entropy on each branch classifier as well
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
+    labels = torch.tensor([0, 0, -1])
+    ce = lambda z: torch.nn.functional.cross_entropy(z[:2], labels[:2], reduction="sum")  # noqa: E731
+    out = ClassificationObjective(aux_weight=0.5)(_Branches(), {"x": logits, "labels": labels})
+    assert torch.allclose(out.loss_sum, ce(logits) + 0.5 * (ce(2 * logits) + ce(-logits)))
+    # accuracy is the final classifier's only
+    assert out.count == 2 and out.logs["correct"] == 1.0
+    plain = ClassificationObjective()(_Branches(), {"x": logits, "labels": labels})
+    assert torch.allclose(plain.loss_sum, ce(logits))
+
+
+def test_final_layer_reads_branch_probabilities():
+    torch.manual_seed(0)
+    m = PlanetoidModel(torch.rand(6, 4), 3, "t", embedding_size=5)
+    nodes = torch.tensor([1, 4])
+    out = m(nodes)
+    lx, le = out.aux_logits
+    assert torch.allclose(lx, m.out_x(m.features[nodes])) and torch.allclose(le, m.out_e(m.embedding(nodes)))
+    assert torch.allclose(out.logits, m.out(torch.cat([lx.softmax(-1), le.softmax(-1)], -1)))
+    assert m(nodes).aux_logits and PlanetoidModel(torch.rand(6, 4), 3, "g", 5)(nodes).aux_logits == ()
+
+
+def test_context_logits_agree_with_scores():
+    torch.manual_seed(0)
+    for mode in "tig":
+        m = PlanetoidModel(torch.rand(6, 4), 3, mode, embedding_size=5)
+        i, c = torch.tensor([0, 3, 5]), torch.tensor([2, 2, 1])
+        full = m.context_logits(i)
+        assert full.shape == (3, 6)
+        assert torch.allclose(full[torch.arange(3), c] - m.context.bias[c], m.context_score(i, c), atol=1e-6)
+
+
+@pytest.mark.parametrize("field, value", [("mode", "x"), ("embedding_size", 0), ("r1", 0.0), ("r2", 1.5),
+                                          ("dropout", 1.0), ("steps", -1), ("window", 0), ("context_loss", "nce")])
+def test_recipe_rejects_bad_values(field, value):
+    from genfeat.methods.planetoid import PlanetoidRecipe
+
+    with pytest.raises(ConfigError, match=field):
+        from_dict(PlanetoidRecipe, {field: value})
 
 
 @pytest.mark.parametrize("mode", ["t", "i", "g"])
@@ -57,7 +109,7 @@ def test_short_run_learns(monkeypatch):
     from genfeat.methods.planetoid import PlanetoidRecipe, run
 
     torch.set_num_threads(1)
-    cfg = PlanetoidRecipe(dataset="cora", pretrain_steps=100, steps=200, context_batch=50, eval_every=50)
+    cfg = PlanetoidRecipe(dataset="cora", init_label_steps=200, init_graph_steps=20, steps=200, eval_every=50)
     res = run(cfg, seed=0, out_dir=None, progress=False)
     # 7 classes: chance is ~0.14-0.30; a short run already beats the majority class clearly
     assert res["val_accuracy"] > 0.45 and res["test_accuracy"] > 0.45

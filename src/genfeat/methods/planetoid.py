@@ -6,13 +6,13 @@ uses validation accuracy only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 
-from ..errors import ConfigError
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
@@ -22,36 +22,78 @@ from ..runner import register_method
 
 @dataclass
 class PlanetoidRecipe:
-    dataset: str = "cora"
-    """cora, citeseer or pubmed (public split)."""
-    mode: str = "t"
-    """t (transductive), i (inductive) or g (graph only)."""
+    """Planetoid-T/-I/-G on the public split. Defaults: the paper (r1 = 5/6, r2 = 5/6, q = 10, d = 3,
+    N1 = N2 = 200) and the authors' released transductive model (embedding size 50, softmax context
+    loss, 2,000 label-context and 70 graph-context initialisation steps, SGD lr 0.1 / 0.01)."""
+
+    dataset: Literal["cora", "citeseer", "pubmed"] = "cora"
+    """Public split of this Planetoid dataset."""
+    mode: Literal["t", "i", "g"] = "t"
+    """t (transductive, Eq. 3.13), i (inductive, Eq. 3.14) or g (graph only, no features)."""
     embedding_size: int = 50
-    hidden_size: int = 0
+    """Size e of the embeddings e_i."""
     dropout: float = 0.0
+    """Dropout on the classifier inputs (an improvement beyond the paper; 0: off)."""
     row_normalise: bool = False
     """Divide each feature row by its sum (an improvement beyond the paper)."""
+    context_loss: Literal["softmax", "negative_sampling"] = "softmax"
+    """softmax over all nodes (the released code's default) or negative sampling (Eq. 3.12, with r1)."""
     label_batch: int = 200
-    """N1 (capped at the number of labelled nodes)."""
+    """N1 labelled nodes per label step (capped at the number of labelled nodes)."""
     context_batch: int = 200
-    """N2 random walks per context step."""
-    pairs_per_walk: int = 10
+    """N2 random walks per graph-context step."""
+    pairs_per_walk: int = 65
+    """Context pairs drawn from each walk (65: as many as a walk of 11 nodes has within d = 3)."""
+    label_context_batch: int = 100
+    """Label-context pairs per step of the label-context initialisation."""
     r1: float = 5 / 6
+    """Share of positive pairs (negative sampling only; the softmax loss uses positive pairs alone)."""
     r2: float = 5 / 6
+    """Share of graph-context pairs among the context pairs of the alternating phase."""
     walk_length: int = 10
+    """q, nodes per random walk."""
     window: int = 3
-    pretrain_steps: int = 400
-    """Context-only steps before the alternation (the embeddings start from the graph)."""
+    """d, the largest distance on a walk between a node and its context."""
+    init_label_steps: int = 2000
+    """Label-context steps on the embeddings before anything else (Algorithm 3's initialisation)."""
+    init_graph_steps: int = 70
+    """Graph-context steps after the label-context ones, before the alternation."""
     steps: int = 2000
+    """Steps of the alternating phase (T1 label steps, then T2 context steps, in turn)."""
     t1: int = 1
-    t2: int = 1
-    label_optim: dict = field(default_factory=lambda: {"name": "sgd", "lr": 0.1})
-    context_optim: dict = field(default_factory=lambda: {"name": "sgd", "lr": 100.0})
-    """The context loss is a mean over N2·pairs_per_walk pairs: lr 100 is 0.05 per pair, as a summed loss would have."""
-    eval_every: int = 20
+    """T1, label (classification) steps per cycle."""
+    t2: int = 0
+    """T2, context steps per cycle (0: label steps only after the initialisation, as the released
+    transductive model does)."""
+    aux_weight: float = 1.0
+    """Weight of the cross-entropy on each classifier branch (the released code's layer_loss)."""
+    label_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="sgd", lr=0.1))
+    """Optimizer of the label steps (all parameters; lr on the batch-mean loss)."""
+    context_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="sgd", lr=0.01))
+    """Optimizer of the context steps (embeddings and context layer). Its lr applies to the loss
+    summed over a batch's pairs, as in the released code: the trainer minimises the mean, so the
+    runner multiplies lr by the pairs per batch of each context phase."""
+    eval_every: int = 10
+    """Steps between validation evaluations (model selection keeps the best validation accuracy)."""
     threads: int = 1
+    """torch intra-op threads."""
     tsne_png: str = ""
     """When set, write a t-SNE plot of the learned embeddings e_i of the test nodes (Fig. 3.11) to this PNG."""
+
+    def __post_init__(self):
+        for name in ("embedding_size", "label_batch", "context_batch", "pairs_per_walk", "label_context_batch",
+                     "t1", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("init_label_steps", "init_graph_steps", "steps", "t2", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not (0.0 < self.r1 <= 1.0 and 0.0 <= self.r2 <= 1.0):
+            raise ValueError(f"r1 must be in (0, 1] and r2 in [0, 1], got r1={self.r1}, r2={self.r2}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.walk_length < 2 or self.window < 1:
+            raise ValueError(f"walk_length must be >= 2 and window >= 1, got {self.walk_length}, {self.window}")
 
 
 def _accuracy(model, nodes: torch.Tensor, labels: torch.Tensor) -> float:
@@ -87,53 +129,83 @@ def plot_tsne(model, nodes: torch.Tensor, labels: torch.Tensor, path: str, title
     plt.close(fig)
 
 
+def _context_spec(cfg: PlanetoidRecipe, pairs: int, params) -> OptimSpec:
+    return OptimSpec(replace(cfg.context_optim, lr=cfg.context_optim.lr * pairs), params)
+
+
 def build(cfg: PlanetoidRecipe, seed: int):
+    """Model and schedule (Algorithm 3): label-context initialisation, graph-context initialisation,
+    then T1 label steps and T2 context steps in turn.
+
+    Returns:
+        (graph, model, labels, init_phases, train_phase): the context-only initialisation phases and
+        the alternating phase, whose validation accuracy selects the model.
+    """
     from ..data.graph import load_planetoid
     from ..models.planetoid import PlanetoidModel
     from ..objectives.classification import ClassificationObjective
     from ..objectives.graph_context import ContextSampler, GraphContextObjective
 
-    if cfg.mode not in ("t", "i", "g"):
-        raise ConfigError(f"mode '{cfg.mode}' is not a Planetoid variant", "use t, i or g")
     g = load_planetoid(cfg.dataset)
     x = torch.tensor(g.features.toarray())
     if cfg.row_normalise:
         x = x / x.sum(1, keepdim=True).clamp_min(1.0)
     torch.manual_seed(seed)
-    model = PlanetoidModel(x, g.num_classes, cfg.mode, cfg.embedding_size, cfg.hidden_size, cfg.dropout)
+    model = PlanetoidModel(x, g.num_classes, cfg.mode, cfg.embedding_size, cfg.dropout)
     labels = torch.tensor(g.labels)
     train = torch.tensor(g.train_idx)
-    # Planetoid-I trains inductively: context pairs touch only nodes seen in training, not test nodes
-    sampler = ContextSampler(g.edges, g.num_nodes, g.labels, g.train_idx, cfg.context_batch, cfg.r1, cfg.r2,
-                             cfg.walk_length, cfg.window, seed=seed, pairs_per_walk=cfg.pairs_per_walk)
+    edges = g.edges
+    if cfg.mode == "i":
+        # inductive: walks and context pairs never touch a test node
+        test = np.zeros(g.num_nodes, bool)
+        test[g.test_idx] = True
+        edges = edges[~test[edges[:, 0]] & ~test[edges[:, 1]]]
+    r1 = cfg.r1 if cfg.context_loss == "negative_sampling" else 1.0
+
+    def sampler(walks: int, pairs_per_walk: int, r2: float, offset: int) -> ContextSampler:
+        return ContextSampler(edges, g.num_nodes, g.labels, g.train_idx, walks, r1, r2, cfg.walk_length,
+                              cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk)
+
+    if cfg.mode == "i":
+        ctx_params = lambda m: [*m.context.parameters(), *m.embed_x.parameters()]  # noqa: E731
+    else:
+        ctx_params = lambda m: [*m.context.parameters(), m.embedding.weight]  # noqa: E731
+    ctx_obj = GraphContextObjective(cfg.context_loss)
+    graph_pairs = cfg.context_batch * cfg.pairs_per_walk
+    init = []
+    if cfg.init_label_steps > 0:
+        term = Term(ctx_obj, sampler(cfg.label_context_batch, 1, 0.0, 1))
+        init.append(Phase("label_context_init", cfg.init_label_steps, [Stage([term], "ctx")],
+                            {"ctx": _context_spec(cfg, cfg.label_context_batch, ctx_params)}))
+    if cfg.init_graph_steps > 0:
+        term = Term(ctx_obj, sampler(cfg.context_batch, cfg.pairs_per_walk, 1.0, 2))
+        init.append(Phase("graph_context_init", cfg.init_graph_steps, [Stage([term], "ctx")],
+                            {"ctx": _context_spec(cfg, graph_pairs, ctx_params)}))
     label_stream = TensorStream({"nodes": train, "labels": labels[train]}, min(cfg.label_batch, len(train)),
                                 seed=seed)
-    if cfg.mode == "i":
-        ctx_params = lambda m: [m.context.weight, *m.embed_x.parameters()]  # noqa: E731
-    else:
-        ctx_params = lambda m: [m.context.weight, m.embedding.weight]  # noqa: E731
-    ctx_term = Term(GraphContextObjective(), sampler)
-    label_term = Term(ClassificationObjective(), label_stream)
-    ctx_spec = OptimSpec(OptimConfig(**cfg.context_optim), ctx_params)
-    label_spec = OptimSpec(OptimConfig(**cfg.label_optim))
-    phases = []
-    if cfg.pretrain_steps > 0:
-        phases.append(Phase("context_init", cfg.pretrain_steps, [Stage([ctx_term], "ctx")], {"ctx": ctx_spec}))
-    phases.append(Phase("train", cfg.steps, [Stage([label_term], "label", cfg.t1), Stage([ctx_term], "ctx", cfg.t2)],
-                        {"label": label_spec, "ctx": ctx_spec}))
-    return g, model, labels, phases
+    stages = [Stage([Term(ClassificationObjective(aux_weight=cfg.aux_weight), label_stream)], "label", cfg.t1)]
+    optimizers = {"label": OptimSpec(cfg.label_optim)}
+    if cfg.t2 > 0:
+        stages.append(Stage([Term(ctx_obj, sampler(cfg.context_batch, cfg.pairs_per_walk, cfg.r2, 0))], "ctx", cfg.t2))
+        optimizers["ctx"] = _context_spec(cfg, graph_pairs, ctx_params)
+    return g, model, labels, init, Phase("train", cfg.steps, stages, optimizers)
 
 
 @register_method("planetoid", PlanetoidRecipe)
 def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
-    g, model, labels, phases = build(cfg, seed)
+    g, model, labels, init, train = build(cfg, seed)
     val, test = torch.tensor(g.val_idx), torch.tensor(g.test_idx)
+    # the initialisation trains embeddings only: a validation-selected checkpoint of it would pick a
+    # random classifier's luckiest state, so it runs without evaluation and model selection
+    if init:
+        Trainer(model, init, TrainConfig(seed=seed, device="cpu", progress=progress, threads=cfg.threads,
+                                         log_every=max(p.steps for p in init)), None, None).fit()
     tcfg = TrainConfig(seed=seed, device="cpu", eval_every=cfg.eval_every, early_stop_metric="val_accuracy",
                        early_stop_mode="max", keep_best=True, progress=progress, threads=cfg.threads,
                        log_every=max(cfg.steps, 1))
     evaluate = lambda m: {"val_accuracy": _accuracy(m, val, labels[val])}  # noqa: E731
-    Trainer(model, phases, tcfg, evaluate, None).fit()
+    Trainer(model, [train], tcfg, evaluate, None).fit()
     if cfg.tsne_png:
         plot_tsne(model, test, labels[test], cfg.tsne_png, f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
     return {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}

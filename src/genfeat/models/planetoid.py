@@ -1,11 +1,20 @@
 """Planetoid (Yang, Cohen & Salakhutdinov 2016; thesis §3.3): classify nodes from features and graph embeddings.
 
-Axis legend: n nodes, f features, b batch, e embedding size, h hidden size, k classes.
+Axis legend: n nodes, f features, b batch, e embedding size, k classes.
 
 Variants (``mode``):
-    ``t`` transductive, Eq. 3.13: e_i is a free embedding of node i; p(y|x,e) = softmax([h(x); h(e)] W).
-    ``i`` inductive, Eq. 3.14: e_i = ReLU(W_e x_i) is a function of the features (parametric embedding).
-    ``g`` graph only: no features, p(y|e) = softmax(h(e) W).
+    ``t`` transductive, Eq. 3.13: e_i is a free embedding of node i.
+    ``i`` inductive, Eq. 3.14: e_i = ReLU(W_e x_i + b_e) is a function of the features.
+    ``g`` graph only: no features, p(y|e) = softmax(W e_i + b).
+
+Classifier of ``t`` and ``i`` (the authors' released models): one softmax layer on the features and
+one on the embedding, p_x = softmax(W_x x_i + b_x) and p_e = softmax(W_e' e_i + b_e'); their
+probabilities are concatenated and fed to a final softmax layer, p(y|x,e) = softmax(W [p_x; p_e] + b).
+The two branch logits are returned as ``aux_logits`` so the target objective can add a loss on each.
+
+Context model: one output layer over the n nodes, logits_c = w_c^T e_i + b_c. Its weight rows w_c are
+the context embeddings of Eq. 3.12 (negative sampling); the full layer gives the softmax context loss
+of the released code, −log p(c | i) with p(c | i) = softmax over all nodes.
 """
 
 from __future__ import annotations
@@ -18,10 +27,19 @@ from torch import Tensor, nn
 
 @dataclass
 class PlanetoidOutput:
-    """logits: (b, k); embedding: (b, e) the e_i used by the classifier."""
+    """logits: (b, k); embedding: (b, e) the e_i used by the classifier; aux_logits: the branch logits
+    (p_x, p_e before softmax, each (b, k)), empty in mode ``g``."""
 
     logits: Tensor
     embedding: Tensor
+    aux_logits: tuple[Tensor, ...] = ()
+
+
+def _glorot(layer: nn.Linear) -> nn.Linear:
+    # Glorot-uniform weights and zero bias, the initialisation of the released Lasagne layers
+    nn.init.xavier_uniform_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer
 
 
 class PlanetoidModel(nn.Module):
@@ -32,46 +50,48 @@ class PlanetoidModel(nn.Module):
         num_classes: k.
         mode: ``t``, ``i`` or ``g`` (default ``t``).
         embedding_size: e (default 50).
-        hidden_size: size of h(x) (default 0: the features feed the softmax directly, as in the paper's
-            released models).
-        dropout: dropout on the classifier inputs (default 0.0: off, as in the paper).
+        dropout: dropout on the classifier inputs x_i and e_i (default 0.0: off, as in the paper).
     """
 
     def __init__(self, features: Tensor, num_classes: int, mode: str = "t", embedding_size: int = 50,
-                 hidden_size: int = 0, dropout: float = 0.0):
+                 dropout: float = 0.0):
         super().__init__()
+        if mode not in ("t", "i", "g"):
+            raise ValueError(f"mode must be t, i or g, got {mode!r}")
         self.mode = mode
         self.register_buffer("features", features, persistent=False)
         n, f = features.shape
-        self.context = nn.Embedding(n, embedding_size)
-        nn.init.normal_(self.context.weight, std=0.1)
-        if mode in ("t", "g"):
-            self.embedding = nn.Embedding(n, embedding_size)
-            nn.init.normal_(self.embedding.weight, std=0.1)
+        self.context = _glorot(nn.Linear(embedding_size, n))
+        if mode == "i":
+            self.embed_x = _glorot(nn.Linear(f, embedding_size))
         else:
-            self.embed_x = nn.Linear(f, embedding_size)
-        self.hidden_e = nn.Linear(embedding_size, embedding_size)
-        width = embedding_size
+            self.embedding = nn.Embedding(n, embedding_size)
+            nn.init.normal_(self.embedding.weight, std=0.01)
+        self.out_e = _glorot(nn.Linear(embedding_size, num_classes))
         if mode != "g":
-            self.hidden_x = nn.Linear(f, hidden_size) if hidden_size > 0 else nn.Identity()
-            width += hidden_size if hidden_size > 0 else f
+            self.out_x = _glorot(nn.Linear(f, num_classes))
+            self.out = _glorot(nn.Linear(2 * num_classes, num_classes))
         self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(width, num_classes)
 
     def embed(self, nodes: Tensor) -> Tensor:
         """e_i for node ids (b,) -> (b, e)."""
-        if self.mode in ("t", "g"):
-            return self.embedding(nodes)
-        return torch.relu(self.embed_x(self.features[nodes]))
+        if self.mode == "i":
+            return torch.relu(self.embed_x(self.features[nodes]))
+        return self.embedding(nodes)
 
     def context_score(self, i: Tensor, c: Tensor) -> Tensor:
         """w_c^T e_i, Eq. 3.12; i, c: (b,) node ids -> (b,)."""
-        return (self.embed(i) * self.context(c)).sum(-1)
+        return (self.embed(i) * self.context.weight[c]).sum(-1)
+
+    def context_logits(self, i: Tensor) -> Tensor:
+        """w_c^T e_i + b_c for every node c: (b,) node ids -> (b, n), the softmax context model."""
+        return self.context(self.embed(i))
 
     def forward(self, nodes: Tensor) -> PlanetoidOutput:
         e = self.embed(nodes)
-        parts = [torch.relu(self.hidden_e(e))]
-        if self.mode != "g":
-            hx = self.hidden_x(self.features[nodes])
-            parts.insert(0, torch.relu(hx) if isinstance(self.hidden_x, nn.Linear) else hx)
-        return PlanetoidOutput(self.out(self.drop(torch.cat(parts, -1))), e)
+        le = self.out_e(self.drop(e))
+        if self.mode == "g":
+            return PlanetoidOutput(le, e)
+        lx = self.out_x(self.drop(self.features[nodes]))
+        logits = self.out(torch.cat([lx.softmax(-1), le.softmax(-1)], -1))
+        return PlanetoidOutput(logits, e, (lx, le))
