@@ -24,6 +24,11 @@ the CUDA allocator's peak during each side's steps minus what it held before the
 process). ``--precision bf16`` runs both sides' forward passes under bf16 autocast; the loss
 comparison stays fp32.
 
+Allocator: the speed rounds run with :func:`genfeat.framework.cpu.keep_freed_memory` applied to
+the process, as genfeat's Trainer does on CPU; it applies to both sides alike (HF gains from it
+too), so the ratio compares the implementations, not the allocator settings. The memory probes
+run without it.
+
 Loss: on the first batch, fp32, same weights, fresh memory (HF given zero-length mems), the mean
 loss of the t-1 positions both score.
 
@@ -152,6 +157,10 @@ def main() -> None:
         memory_probe(args.memory_probe, args.precision)
         return
     cuda = args.device == "cuda"
+    if not cuda:
+        from genfeat.framework.cpu import keep_freed_memory
+
+        keep_freed_memory()
     round_steps = ROUND_STEPS * (10 if cuda else 1)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:

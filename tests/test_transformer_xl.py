@@ -6,6 +6,7 @@ import torch
 from genfeat.config import from_dict
 from genfeat.errors import ConfigError
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+from genfeat.nn.adaptive import AdaptiveLogSoftmax
 from genfeat.nn.attention import causal_mask, rel_shift
 
 ATTN = ["relative", "shaw", "absolute_sinusoid", "absolute_learned"]
@@ -86,6 +87,35 @@ def test_adaptive_softmax_normalises_and_gathers(cutoffs, div_val, d_embed):
     assert out.log_probs.shape == (3, 24, 97)
     torch.testing.assert_close(out.log_probs.logsumexp(-1), torch.zeros(3, 24), atol=1e-5, rtol=0)
     torch.testing.assert_close(out.log_probs.gather(-1, y[..., None]).squeeze(-1), out.target_log_probs)
+
+
+@pytest.mark.parametrize("cutoffs", [[], [20, 50], [20, 50, 90]])
+def test_shared_table_target_log_prob_matches_full_softmax_values_and_gradients(cutoffs):
+    # div_val 1 without projection takes the fused path; the full log_prob is plain autograd.
+    # With cutoff 90 no target falls in the last cluster, whose rows must get zero gradient.
+    crit = AdaptiveLogSoftmax(97, 16, 16, cutoffs, 1).double()
+    gen = torch.Generator().manual_seed(0)
+    for p in crit.parameters():
+        p.data.normal_(0, 0.5, generator=gen)
+    hidden = torch.randn(40, 16, dtype=torch.double, generator=gen, requires_grad=True)
+    target = torch.randint(0, 90, (40,), generator=gen)
+    weights = torch.randn(40, dtype=torch.double, generator=gen)
+    out = crit.target_log_prob(hidden, target)
+    ref = crit.log_prob(hidden).gather(1, target[:, None]).squeeze(1)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    params = [hidden, *crit.parameters()]
+    got = torch.autograd.grad((out * weights).sum(), params)
+    want = torch.autograd.grad((ref * weights).sum(), params)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
+    if len(cutoffs) == 3:
+        grads = dict(zip(["hidden", *(n for n, _ in crit.named_parameters())], got))
+        assert not grads["layers.0.weight"][90:].any() and not grads["layers.0.bias"][90:].any()
+        assert grads["layers.0.weight"][50:90].any()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = crit.float().target_log_prob(hidden.detach().float(), target)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low.double(), ref.detach(), atol=0.1, rtol=0.02)
 
 
 def test_tied_weights_are_shared():

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ..errors import CheckpointError, ConfigError
 from .checkpoint import load_trainer_state, load_weights, rng_state, save_checkpoint, set_rng_state
+from .cpu import keep_freed_memory
 from .distributed import DistInfo, all_reduce_sum, init_distributed
 from .optim import OptimConfig
 from .schedule import Phase, Stage
@@ -73,6 +74,9 @@ class TrainConfig:
     """Also write TensorBoard scalars (needs the tensorboard package)."""
     threads: int = 0
     """torch intra-op threads (0: leave torch's default)."""
+    keep_freed_memory: bool = True
+    """On CPU, have glibc keep freed blocks for reuse instead of returning them to the system after
+    every step (:func:`genfeat.framework.cpu.keep_freed_memory`; faster steps, same peak)."""
     ddp_find_unused_parameters: bool = True
     """Under DDP, allow parameters without gradient in a step (alternating schedules, unused heads);
     false saves a graph traversal per step when every parameter is always used."""
@@ -172,6 +176,8 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
+        if cfg.keep_freed_memory and self.device.type == "cpu":
+            keep_freed_memory()
         self.dist: DistInfo = init_distributed(self.device)
         if self.device.type == "cuda" and self.dist.enabled:
             self.device = torch.device("cuda", self.dist.local_rank)

@@ -113,7 +113,8 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.fc2(self.drop(F.relu(self.fc1(x)))))
+        # in place: fc1's output is not needed by its backward, so ReLU can reuse it
+        return self.drop(self.fc2(self.drop(F.relu(self.fc1(x), inplace=True))))
 
 
 class TransformerXLLayer(nn.Module):

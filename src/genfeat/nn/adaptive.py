@@ -17,6 +17,92 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .precision import accumulation_dtype, compute_dtype
+
+
+class _SharedTableTargetLogProb(torch.autograd.Function):
+    """log p(target) of an adaptive softmax whose clusters are row ranges of one table (div_val 1, no projection).
+
+    log p(w) = z_head[col(w)] - lse_head + [w in tail cluster i] (z_i[w - lo_i] - lse_i), with
+    z_head = h [W_shortlist; W_clusters]^T + b (col(w) = w in the head, shortlist + i - 1 for
+    cluster i) and z_i = h W_{lo_i:hi_i}^T + b_{lo_i:hi_i} over the positions whose target is in cluster i.
+
+    Saves each cluster's probabilities (the logits are normalised in place) and computes the
+    gradient d log p / dz = onehot - p directly, without a zero-filled [n, V] gradient of an indexing
+    op; backward writes every cluster's weight gradient straight into its rows of one [V, e] buffer
+    (slicing a shared table under autograd would allocate and sum a zero-filled [V, e] gradient per
+    cluster).
+
+    Shapes: hidden [n, e], weight [V, e], bias [V], cluster_weight [C, e], cluster_bias [C],
+    target [n] -> [n] in at least fp32.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, cluster_weight, cluster_bias, target, bounds):
+        dt = compute_dtype(hidden)
+        acc = accumulation_dtype(dt)
+        s = bounds[1]
+        has_clusters = cluster_weight is not None
+        head_w = torch.cat([weight[:s], cluster_weight]) if has_clusters else weight[:s]
+        head_b = torch.cat([bias[:s], cluster_bias]) if has_clusters else bias[:s]
+
+        def log_prob_and_probs(x: Tensor, w: Tensor, b: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
+            z = torch.addmm(b.to(dt), x, w.to(dt).t()).to(acc)  # [n_i, V_i]
+            lse = z.logsumexp(-1, keepdim=True)
+            lp = z.gather(1, col[:, None]).sub_(lse).squeeze(1)
+            return lp, z.sub_(lse).exp_()
+
+        with torch.autocast(hidden.device.type, enabled=False):
+            h = hidden.to(dt)
+            cols = target.clone()
+            tails = []
+            for i in range(1, len(bounds) - 1):
+                lo, hi = bounds[i], bounds[i + 1]
+                idx = ((target >= lo) & (target < hi)).nonzero(as_tuple=True)[0]
+                cols[idx] = s + i - 1
+                tails.append((idx, *log_prob_and_probs(h[idx], weight[lo:hi], bias[lo:hi], target[idx] - lo)))
+            out, probs = log_prob_and_probs(h, head_w, head_b, cols)
+            for idx, lp, _ in tails:
+                out.index_add_(0, idx, lp)
+        ctx.bounds, ctx.dt, ctx.in_dtype, ctx.has_clusters = bounds, dt, hidden.dtype, has_clusters
+        ctx.save_for_backward(h, weight, bias, cluster_weight, target, cols, probs,
+                              *[t for idx, _, p in tails for t in (idx, p)])
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        h, weight, bias, cluster_weight, target, cols, probs, *tail_saved = ctx.saved_tensors
+        bounds, dt, s = ctx.bounds, ctx.dt, ctx.bounds[1]
+        dout = dout.to(probs.dtype)
+
+        def dlogits(p: Tensor, col: Tensor, g: Tensor) -> Tensor:
+            # d(z[col] - lse)/dz = onehot(col) - softmax(z), times the incoming gradient g
+            grad = p * -g[:, None]
+            grad[torch.arange(len(col), device=col.device), col] += g
+            return grad
+
+        with torch.autocast(h.device.type, enabled=False):
+            dweight = torch.empty_like(weight)
+            dbias = torch.empty_like(bias)
+            head_w = torch.cat([weight[:s], cluster_weight]) if ctx.has_clusters else weight[:s]
+            grad = dlogits(probs, cols, dout)
+            gh = grad.to(dt)
+            dhidden = (gh @ head_w.to(dt)).to(probs.dtype)
+            dhead = gh.t() @ h  # [s + C, e]
+            dweight[:s] = dhead[:s]
+            dbias[:s] = grad[:, :s].sum(0)
+            dcw = dhead[s:].to(weight.dtype) if ctx.has_clusters else None
+            dcb = grad[:, s:].sum(0).to(bias.dtype) if ctx.has_clusters else None
+            for i in range(1, len(bounds) - 1):
+                lo, hi = bounds[i], bounds[i + 1]
+                idx, p = tail_saved[2 * (i - 1)], tail_saved[2 * (i - 1) + 1]
+                grad = dlogits(p, target[idx] - lo, dout[idx])
+                gh = grad.to(dt)
+                dweight[lo:hi] = gh.t() @ h[idx]
+                dbias[lo:hi] = grad.sum(0)
+                dhidden.index_add_(0, idx, (gh @ weight[lo:hi].to(dt)).to(probs.dtype))
+        return dhidden.to(ctx.in_dtype), dweight, dbias, dcw, dcb, None, None
+
 
 def cluster_bounds(n_token: int, cutoffs: list[int]) -> list[int]:
     """[0, c_1, ..., c_k, n_token]: cluster i holds token ids [bounds[i], bounds[i+1])."""
@@ -124,9 +210,13 @@ class AdaptiveLogSoftmax(nn.Module):
         if self.n_clusters:
             weight = torch.cat([weight, self.cluster_weight], 0)
             bias = torch.cat([bias, self.cluster_bias], 0)
-        return F.log_softmax(self._logits(hidden, weight, bias, proj).float(), dim=-1)
+        return F.log_softmax(self._logits(hidden, weight, bias, proj).to(accumulation_dtype(hidden.dtype)), dim=-1)
 
     def target_log_prob(self, hidden: Tensor, target: Tensor) -> Tensor:
+        if self.div_val == 1 and not len(self.projs):
+            layer = self.layers[0]
+            cw, cb = (self.cluster_weight, self.cluster_bias) if self.n_clusters else (None, None)
+            return _SharedTableTargetLogProb.apply(hidden, layer.weight, layer.bias, cw, cb, target, self.bounds)
         head = self._head_log_prob(hidden)
         if not self.n_clusters:
             return head.gather(1, target[:, None]).squeeze(1)
@@ -140,7 +230,7 @@ class AdaptiveLogSoftmax(nn.Module):
             if not idx.numel():
                 continue
             weight, bias, proj = self._cluster_params(i)
-            tail = F.log_softmax(self._logits(hidden[idx], weight, bias, proj).float(), dim=-1)
+            tail = F.log_softmax(self._logits(hidden[idx], weight, bias, proj).to(accumulation_dtype(hidden.dtype)), dim=-1)
             out[idx] = head[idx, self.shortlist + i - 1] + tail.gather(1, (target[idx] - lo)[:, None]).squeeze(1)
         return out
 
@@ -151,6 +241,6 @@ class AdaptiveLogSoftmax(nn.Module):
         parts = [head[:, : self.shortlist]]
         for i in range(1, self.n_clusters + 1):
             weight, bias, proj = self._cluster_params(i)
-            tail = F.log_softmax(self._logits(hidden, weight, bias, proj).float(), dim=-1)
+            tail = F.log_softmax(self._logits(hidden, weight, bias, proj).to(accumulation_dtype(hidden.dtype)), dim=-1)
             parts.append(head[:, self.shortlist + i - 1, None] + tail)
         return torch.cat(parts, dim=-1)

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .precision import accumulation_dtype
+
 
 def sinusoid(pos: Tensor, d: int) -> Tensor:
     """Sinusoid encodings [len(pos), d] of (possibly fractional) positions (Vaswani et al. 2017)."""
@@ -58,7 +60,7 @@ def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor |
                 mask: Tensor | None, offset: int, scale: float) -> Tensor:
     """Masked, scaled scores [h, b, t, k] of Eq. 2.3 in at least fp32 (qu, qw already scaled)."""
     h, b, t, e = qw.shape
-    acc = _accumulation_dtype(k)
+    acc = accumulation_dtype(k.dtype)
     score = torch.matmul(qu, k.transpose(-1, -2)).to(acc)                      # (a) + (c)
     bd = torch.matmul(qw.reshape(h, b * t, e), r.transpose(1, 2)).to(acc)       # (b) + (d) by distance: [h, b*t, P]
     if pos_bias is not None:
@@ -141,16 +143,11 @@ class _RelativeAttentionCore(torch.autograd.Function):
 
 def _biased_queries(q: Tensor, u: Tensor | None, w: Tensor | None, scale: float, dtype) -> tuple[Tensor, Tensor]:
     """(q + u) * scale and (q + w) * scale in ``dtype``; q [h, b, t, e], u and w [h, e] or None."""
-    acc = _accumulation_dtype(q)
+    acc = accumulation_dtype(q.dtype)
     qa = q.to(acc)
     qu = qa if u is None else qa + u.to(acc)[:, None, None, :]
     qw = qa if w is None else qa + w.to(acc)[:, None, None, :]
     return (qu * scale).to(dtype), (qw * scale).to(dtype)
-
-
-def _accumulation_dtype(x: Tensor) -> torch.dtype:
-    """Scores and softmax run in fp32 for low-precision inputs, in the inputs' dtype otherwise."""
-    return torch.promote_types(x.dtype, torch.float32)
 
 
 def causal_mask(t: int, m: int, device, same_length: bool = False, mem_len: int | None = None) -> Tensor:
