@@ -112,10 +112,16 @@ def test_shared_table_target_log_prob_matches_full_softmax_values_and_gradients(
         grads = dict(zip(["hidden", *(n for n, _ in crit.named_parameters())], got))
         assert not grads["layers.0.weight"][90:].any() and not grads["layers.0.bias"][90:].any()
         assert grads["layers.0.weight"][50:90].any()
+    crit = crit.float()
+    low_hidden = hidden.detach().float().requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        low = crit.float().target_log_prob(hidden.detach().float(), target)
+        low = crit.target_log_prob(low_hidden, target)
     assert low.dtype == torch.float32
     torch.testing.assert_close(low.double(), ref.detach(), atol=0.1, rtol=0.02)
+    low_grads = torch.autograd.grad((low * weights.float()).sum(), [low_hidden, *crit.parameters()])
+    for g, w in zip(low_grads, want):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g.double(), w, atol=0.05, rtol=0.05)
 
 
 def test_tied_weights_are_shared():

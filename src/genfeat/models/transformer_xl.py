@@ -113,8 +113,10 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        # in place: fc1's output is not needed by its backward, so ReLU can reuse it
-        return self.drop(self.fc2(self.drop(F.relu(self.fc1(x), inplace=True))))
+        # fc1 on the flattened [n, d] input returns its own buffer rather than a view, so ReLU can run
+        # in place on it (fc1's backward does not need its output) without a CopySlices in backward
+        inner = F.relu(self.fc1(x.reshape(-1, x.shape[-1])), inplace=True)
+        return self.drop(self.fc2(self.drop(inner))).view(*x.shape[:-1], -1)
 
 
 class TransformerXLLayer(nn.Module):

@@ -20,6 +20,14 @@ from torch import Tensor, nn
 from .precision import accumulation_dtype, compute_dtype
 
 
+def _mm_into(dst: Tensor, a: Tensor, b: Tensor) -> None:
+    """dst = a @ b, written in place (converted when the matmul runs in a lower precision than dst)."""
+    if a.dtype == dst.dtype:
+        torch.mm(a, b, out=dst)
+    else:
+        dst.copy_(a @ b)
+
+
 class _SharedTableTargetLogProb(torch.autograd.Function):
     """log p(target) of an adaptive softmax whose clusters are row ranges of one table (div_val 1, no projection).
 
@@ -88,17 +96,16 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
             grad = dlogits(probs, cols, dout)
             gh = grad.to(dt)
             dhidden = (gh @ head_w.to(dt)).to(probs.dtype)
-            dhead = gh.t() @ h  # [s + C, e]
-            dweight[:s] = dhead[:s]
+            _mm_into(dweight[:s], gh[:, :s].t(), h)
             dbias[:s] = grad[:, :s].sum(0)
-            dcw = dhead[s:].to(weight.dtype) if ctx.has_clusters else None
+            dcw = (gh[:, s:].t() @ h).to(weight.dtype) if ctx.has_clusters else None
             dcb = grad[:, s:].sum(0).to(bias.dtype) if ctx.has_clusters else None
             for i in range(1, len(bounds) - 1):
                 lo, hi = bounds[i], bounds[i + 1]
                 idx, p = tail_saved[2 * (i - 1)], tail_saved[2 * (i - 1) + 1]
                 grad = dlogits(p, target[idx] - lo, dout[idx])
                 gh = grad.to(dt)
-                dweight[lo:hi] = gh.t() @ h[idx]
+                _mm_into(dweight[lo:hi], gh.t(), h[idx])
                 dbias[lo:hi] = grad.sum(0)
                 dhidden.index_add_(0, idx, (gh @ weight[lo:hi].to(dt)).to(probs.dtype))
         return dhidden.to(ctx.in_dtype), dweight, dbias, dcw, dcb, None, None
