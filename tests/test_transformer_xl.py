@@ -275,6 +275,32 @@ def test_fused_relative_attention_matches_reference_values_and_gradients(kind, l
             torch.testing.assert_close(g, rg)
 
 
+def test_blocked_keys_have_exactly_zero_weight_and_fully_blocked_queries_attend_to_nothing():
+    from genfeat.nn.attention import RelativeMultiHeadAttention, sinusoid
+
+    torch.manual_seed(0)
+    attn = RelativeMultiHeadAttention(8, 2, 4)
+    content = torch.randn(1, 6, 8, requires_grad=True)
+    u, w = torch.zeros(2, 4), torch.zeros(2, 4)
+    pos = sinusoid(torch.arange(6, -4, -1), 8)
+    mask = torch.zeros(1, 4, 6, dtype=torch.bool)
+    mask[0, 0, 3:] = True   # query 0 (position 2) blocked from keys 3..5
+    mask[0, 2, :] = True    # query 2 blocked from every key
+    out = attn(content, pos, mask, u, w, pos_max=6)
+    # blocked keys carry exactly zero weight (not a tiny denormal one): changing them leaves
+    # query 0 bit-identical, and no gradient reaches them from query 0
+    other = content.detach().clone()
+    other[0, 3:] += 100.0
+    assert torch.equal(attn(other, pos, mask, u, w, pos_max=6)[0, 0], out[0, 0].detach())
+    (g,) = torch.autograd.grad(out[0, 0].sum(), content, retain_graph=True)
+    assert not g[0, 3:].any()
+    # a query with every key blocked gets a zero output (only the output bias) and no NaN anywhere
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[0, 2], attn.out.bias if attn.out.bias is not None else torch.zeros(8))
+    (g,) = torch.autograd.grad(out.sum(), content)
+    assert torch.isfinite(g).all()
+
+
 def test_fused_attention_dropatt_is_applied_consistently_in_backward():
     from genfeat.nn.attention import RelativeMultiHeadAttention, sinusoid
 

@@ -73,14 +73,17 @@ def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor |
     return score
 
 
-def _exp_(x: Tensor) -> Tensor:
-    """exp in place of non-positive log-probabilities, floored at -87 (exp -87 = 1.6e-38).
+def _probabilities_(x: Tensor, mask: Tensor | None) -> Tensor:
+    """exp in place of non-positive log-probabilities [h, b, t, k], with blocked entries set to exactly 0.
 
     torch's vectorised CPU exp takes a slow path, 4-10× slower, for arguments whose result is not
-    a normal float (below about -87.3), which is every masked entry; the floor keeps exp on the fast
-    path and changes probabilities by at most 1.6e-38 each (masked entries get that instead of 0).
+    a normal float (below about -87.3), which is every blocked entry; flooring at -87 keeps exp on
+    the fast path (allowed entries that far below the row maximum get 1.6e-38 instead of less).
+    Blocked entries are then zeroed: leaving them at 1.6e-38 would put denormal numbers into the
+    following matrix products, which Intel CPUs execute many times slower.
     """
-    return x.clamp_min_(-87.0).exp_()
+    x.clamp_min_(-87.0).exp_()
+    return x if mask is None else x.masked_fill_(mask, 0.0)
 
 
 class _RelativeAttentionCore(torch.autograd.Function):
@@ -99,8 +102,9 @@ class _RelativeAttentionCore(torch.autograd.Function):
             score = _rel_scores(qu, qw, k, r, pos_bias, bias, mask, offset, scale)
             # softmax in place: one exp pass, no temporaries (logsumexp would exponentiate a copy)
             top = score.amax(-1, keepdim=True)
-            prob = _exp_(score.sub_(top))
-            total = prob.sum(-1, keepdim=True)
+            prob = _probabilities_(score.sub_(top), mask)
+            # a query with every key blocked attends to nothing (zero output, zero gradients)
+            total = prob.sum(-1, keepdim=True).clamp_min_(torch.finfo(prob.dtype).tiny)
             prob.div_(total)
             lse = total.log_().add_(top)
             keep = None
@@ -118,7 +122,7 @@ class _RelativeAttentionCore(torch.autograd.Function):
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
         qu, qw = _biased_queries(q, u, w, scale, k.dtype)
-        prob = _exp_(_rel_scores(qu, qw, k, r, pos_bias, bias, mask, ctx.offset, scale).sub_(lse))
+        prob = _probabilities_(_rel_scores(qu, qw, k, r, pos_bias, bias, mask, ctx.offset, scale).sub_(lse), mask)
         dout = dout.to(v.dtype)
         dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
         if keep is not None:
@@ -126,7 +130,7 @@ class _RelativeAttentionCore(torch.autograd.Function):
             dv = torch.matmul((prob * keep).mul_(1.0 / (1.0 - p_drop)).to(v.dtype).transpose(-1, -2), dout)
         else:
             dv = torch.matmul(prob.to(v.dtype).transpose(-1, -2), dout)
-        # Softmax backward in place: dscore = p * (dprob - <dprob, p>); blocked entries have p <= 1.6e-38.
+        # Softmax backward in place: dscore = p * (dprob - <dprob, p>); blocked entries have p = 0.
         row = torch.matmul(dprob.unsqueeze(-2), prob.unsqueeze(-1)).squeeze(-1)
         dscore = dprob.sub_(row).mul_(prob)
         del prob
@@ -134,7 +138,7 @@ class _RelativeAttentionCore(torch.autograd.Function):
         dqu = torch.matmul(ds, k)
         dk = torch.matmul(ds.transpose(-1, -2), qu)
         # Scatter the key-indexed gradient back to distances through the same strided view. Rows
-        # overlap only in entries that read a neighbouring row, whose gradient is (numerically) zero: masked.
+        # overlap only in entries that read a neighbouring row, whose gradient is zero (masked).
         p = r.shape[1]
         dbd = dscore.new_zeros(h, b, t, p)
         view = rel_shift(dbd, k.shape[2], ctx.offset)
