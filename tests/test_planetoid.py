@@ -113,3 +113,19 @@ def test_short_run_learns(monkeypatch):
     res = run(cfg, seed=0, out_dir=None, progress=False)
     # 7 classes: chance is ~0.14-0.30; a short run already beats the majority class clearly
     assert res["val_accuracy"] > 0.45 and res["test_accuracy"] > 0.45
+
+
+@pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
+@pytest.mark.parametrize("through", [False, True])
+def test_inductive_context_never_pairs_test_nodes(monkeypatch, through):
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    from genfeat.methods.planetoid import PlanetoidRecipe, build
+
+    cfg = PlanetoidRecipe(dataset="cora", mode="i", walk_through_test=through, t2=1, r2=0.5)
+    g, _, _, init, train = build(cfg, 0)
+    test = set(g.test_idx.tolist())
+    streams = [t.stream for p in [*init, train] for s in p.stages for t in s.terms if "gamma" in next(t.stream)]
+    assert len(streams) == 3
+    for stream in streams:
+        batch = next(stream)
+        assert not test & (set(batch["i"].tolist()) | set(batch["c"].tolist()))

@@ -105,3 +105,15 @@ def test_softmax_context_loss_is_negative_log_likelihood_of_positive_pairs():
 def test_unknown_context_loss_is_refused():
     with pytest.raises(ValueError, match="negative_sampling or softmax"):
         GraphContextObjective("nce")
+
+
+def test_excluded_nodes_are_crossed_but_never_paired():
+    # the released inductive code: walks pass through test nodes, pairs never contain one
+    e, labels = _two_paths()
+    s = ContextSampler(e, 24, None, None, batch_size=300, walk_length=6, window=2, seed=0, exclude=np.array([5, 17]))
+    batches = [next(s) for _ in range(3)]
+    i = torch.cat([b["i"] for b in batches]).numpy()
+    c = torch.cat([b["c"] for b in batches]).numpy()
+    assert len(i) < 3 * 300 * 10 and not ({5, 17} & (set(i) | set(c)))
+    # (4, 6) is only reachable within the window by walking through node 5
+    assert ((i == 4) & (c == 6)).any()

@@ -54,6 +54,10 @@ class PlanetoidRecipe:
     """q, nodes per random walk."""
     window: int = 3
     """d, the largest distance on a walk between a node and its context."""
+    walk_through_test: bool = False
+    """Planetoid-I only: let random walks pass through test nodes (their edges only, never their
+    features or labels) while no pair contains one, as the released inductive code does; false
+    removes the test nodes' edges, so the graph seen in training holds no trace of them."""
     init_label_steps: int = 2000
     """Label-context steps on the embeddings before anything else (Algorithm 3's initialisation)."""
     init_graph_steps: int = 70
@@ -75,6 +79,9 @@ class PlanetoidRecipe:
     runner multiplies lr by the pairs per batch of each context phase."""
     eval_every: int = 10
     """Steps between validation evaluations (model selection keeps the best validation accuracy)."""
+    patience: int = 0
+    """Stop the alternating phase after this many evaluations without a better validation accuracy
+    (early stopping, an improvement beyond the paper; 0: run all steps)."""
     threads: int = 1
     """torch intra-op threads."""
     tsne_png: str = ""
@@ -85,7 +92,7 @@ class PlanetoidRecipe:
                      "t1", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("init_label_steps", "init_graph_steps", "steps", "t2", "eval_every"):
+        for name in ("init_label_steps", "init_graph_steps", "steps", "t2", "eval_every", "patience"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not (0.0 < self.r1 <= 1.0 and 0.0 <= self.r2 <= 1.0):
@@ -154,17 +161,19 @@ def build(cfg: PlanetoidRecipe, seed: int):
     model = PlanetoidModel(x, g.num_classes, cfg.mode, cfg.embedding_size, cfg.dropout)
     labels = torch.tensor(g.labels)
     train = torch.tensor(g.train_idx)
-    edges = g.edges
+    edges, exclude = g.edges, None
     if cfg.mode == "i":
-        # inductive: walks and context pairs never touch a test node
-        test = np.zeros(g.num_nodes, bool)
-        test[g.test_idx] = True
-        edges = edges[~test[edges[:, 0]] & ~test[edges[:, 1]]]
+        # inductive: test nodes never enter a context pair
+        exclude = g.test_idx
+        if not cfg.walk_through_test:
+            test = np.zeros(g.num_nodes, bool)
+            test[g.test_idx] = True
+            edges = edges[~test[edges[:, 0]] & ~test[edges[:, 1]]]
     r1 = cfg.r1 if cfg.context_loss == "negative_sampling" else 1.0
 
     def sampler(walks: int, pairs_per_walk: int, r2: float, offset: int) -> ContextSampler:
         return ContextSampler(edges, g.num_nodes, g.labels, g.train_idx, walks, r1, r2, cfg.walk_length,
-                              cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk)
+                              cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk, exclude=exclude)
 
     if cfg.mode == "i":
         ctx_params = lambda m: [*m.context.parameters(), *m.embed_x.parameters()]  # noqa: E731
@@ -202,7 +211,7 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
         Trainer(model, init, TrainConfig(seed=seed, device="cpu", progress=progress, threads=cfg.threads,
                                          log_every=max(p.steps for p in init)), None, None).fit()
     tcfg = TrainConfig(seed=seed, device="cpu", eval_every=cfg.eval_every, early_stop_metric="val_accuracy",
-                       early_stop_mode="max", keep_best=True, progress=progress, threads=cfg.threads,
+                       early_stop_mode="max", patience=cfg.patience, keep_best=True, progress=progress, threads=cfg.threads,
                        log_every=max(cfg.steps, 1))
     evaluate = lambda m: {"val_accuracy": _accuracy(m, val, labels[val])}  # noqa: E731
     Trainer(model, [train], tcfg, evaluate, None).fit()

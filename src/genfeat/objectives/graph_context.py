@@ -35,13 +35,17 @@ class ContextSampler:
         walk_length: q (default 10).
         window: d (default 3).
         seed: RNG seed (default 0).
+        exclude: node ids that never start a walk or appear in a pair, though walks may pass through
+            them (the released inductive code's treatment of test nodes); batches then hold fewer pairs
+            (default None: no node excluded).
     Yields:
-        dict ``i`` (b,) int64, ``c`` (b,) int64, ``gamma`` (b,) float32 in {+1, −1}.
+        dict ``i`` (b,) int64, ``c`` (b,) int64, ``gamma`` (b,) float32 in {+1, −1}, ``graph`` (b,) bool.
     """
 
     def __init__(self, edges: np.ndarray, num_nodes: int, labels: np.ndarray | None = None,
                  labelled: np.ndarray | None = None, batch_size: int = 200, r1: float = 5 / 6, r2: float = 5 / 6,
-                 walk_length: int = 10, window: int = 3, seed: int = 0, pairs_per_walk: int = 10):
+                 walk_length: int = 10, window: int = 3, seed: int = 0, pairs_per_walk: int = 10,
+                 exclude: np.ndarray | None = None):
         if len(edges) == 0:
             raise DataError("the graph has no edges, so there is no graph context to sample",
                             "use a graph with edges (or r2 = 0 to sample label context only)")
@@ -57,6 +61,11 @@ class ContextSampler:
         self.seed = seed
         self.pairs_per_walk = pairs_per_walk
         self.calls = 0
+        self.excluded = None
+        if exclude is not None and len(exclude) > 0:
+            self.excluded = np.zeros(num_nodes, bool)
+            self.excluded[np.asarray(exclude, np.int64)] = True
+            self.starts = self.starts[~self.excluded[self.starts]]
         self.labelled = None
         if labels is not None and labelled is not None and len(labelled) > 0 and r2 < 1:
             self.labelled = np.asarray(labelled, np.int64)
@@ -124,6 +133,9 @@ class ContextSampler:
         neg = ~positive
         c[neg] = rng.integers(0, self.n, int(neg.sum()))
         gamma = np.where(positive, 1.0, -1.0).astype(np.float32)
+        if self.excluded is not None:
+            keep = ~(self.excluded[i] | self.excluded[c])
+            i, c, gamma, use_graph = i[keep], c[keep], gamma[keep], use_graph[keep]
         return {"i": torch.from_numpy(i), "c": torch.from_numpy(c), "gamma": torch.from_numpy(gamma),
                 "graph": torch.from_numpy(use_graph)}
 
