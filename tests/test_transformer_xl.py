@@ -53,6 +53,45 @@ def test_segments_with_memory_equal_full_context(attn, untie_r, pre_lnorm):
     assert (no_mem - full)[:, 8:].abs().max() > 1e-3, "without memory the later segments must differ"
 
 
+@pytest.mark.parametrize("attn, kw", [("relative", {}), ("relative", {"pre_lnorm": True, "untie_r": True}),
+                                      ("relative", {"same_length": True, "clamp_len": 10}), ("shaw", {}),
+                                      ("relative", {"ext_len": 3})])
+def test_cached_evaluation_matches_uncached(attn, kw):
+    # Segments of 7 with a memory of 12 at evaluation: the cache must give the same log-probabilities
+    # while the memory fills, once it is full, and when the caller switches to another memory.
+    model = tiny(attn_type=attn, **kw)
+    x, y = data(b=2, t=42)
+    with torch.no_grad():
+        mems, cached_mems, cache = None, None, model.new_cache()
+        for lo in range(0, 42, 7):
+            ref = model(x[:, lo:lo + 7], mems=mems, labels=y[:, lo:lo + 7], mem_len=12)
+            got = model(x[:, lo:lo + 7], mems=cached_mems, labels=y[:, lo:lo + 7], mem_len=12, cache=cache)
+            torch.testing.assert_close(got.target_log_probs, ref.target_log_probs, atol=1e-5, rtol=1e-5)
+            for a, b in zip(got.mems, ref.mems):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            mems, cached_mems = ref.mems, got.mems
+            if lo == 14:
+                assert cache[0].kv.shape == (2, 2, 2, 12, 16), "keys and values of exactly the memory positions"
+        # the cache is really read: corrupting it changes the next cached call
+        assert all(c.mem is m for c, m in zip(cache, cached_mems))
+        saved = [c.kv.clone() for c in cache]
+        for c in cache:
+            c.kv.zero_()
+        bad = model(x[:, :7], mems=cached_mems, labels=y[:, :7], mem_len=12, cache=cache)
+        assert not torch.allclose(bad.target_log_probs, model(x[:, :7], mems=cached_mems, labels=y[:, :7],
+                                                              mem_len=12).target_log_probs)
+        for c, kv in zip(cache, saved):
+            c.kv = kv
+        # another memory than the one the cache was filled with: the cache must not be used for it
+        other = [m.flip(1) for m in mems]
+        ref = model(x[:, :7], mems=other, labels=y[:, :7], mem_len=12)
+        got = model(x[:, :7], mems=other, labels=y[:, :7], mem_len=12, cache=cache)
+        torch.testing.assert_close(got.target_log_probs, ref.target_log_probs, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="for evaluation"):
+        model(x[:, :7], labels=y[:, :7], cache=model.new_cache())
+    assert tiny(attn_type="absolute_sinusoid").new_cache() is None
+
+
 def test_memory_is_truncated_and_detached():
     model = tiny(mem_len=10).train()
     x, y = data(t=8)

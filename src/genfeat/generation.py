@@ -39,20 +39,21 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     if mem_len is None:
         mem_len = model.config.mem_len or model.config.max_klen
     # Feed all but the last context token to fill the memory; the last one starts sampling.
-    mems = None
-    if ids.shape[1] > 1:
-        mems = model(ids[:, :-1], mem_len=mem_len).mems
-    token = ids[:, -1:]
-    out = []
-    for _ in range(length):
-        step = model(token, mems=mems, mem_len=mem_len, return_log_probs=True)
-        mems = step.mems
-        logits = step.log_probs[:, -1].float() / temperature  # [b, V]
-        k = min(top_k, logits.shape[-1])
-        top, idx = logits.topk(k, dim=-1)
-        choice = torch.multinomial(torch.softmax(top, dim=-1), 1, generator=generator)
-        token = idx.gather(-1, choice)
-        out.append(token)
+    mems, cache = None, model.new_cache() if mem_len > 0 else None
+    with torch.no_grad():
+        if ids.shape[1] > 1:
+            mems = model(ids[:, :-1], mem_len=mem_len, cache=cache).mems
+        token = ids[:, -1:]
+        out = []
+        for _ in range(length):
+            step = model(token, mems=mems, mem_len=mem_len, return_log_probs=True, cache=cache)
+            mems = step.mems
+            logits = step.log_probs[:, -1].float() / temperature  # [b, V]
+            k = min(top_k, logits.shape[-1])
+            top, idx = logits.topk(k, dim=-1)
+            choice = torch.multinomial(torch.softmax(top, dim=-1), 1, generator=generator)
+            token = idx.gather(-1, choice)
+            out.append(token)
     model.train(was_training)
     result = torch.cat(out, dim=1) if out else ids.new_zeros((ids.shape[0], 0))
     return result[0] if squeeze else result

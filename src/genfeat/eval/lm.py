@@ -35,9 +35,10 @@ def score_lm(model: nn.Module, tokens: Tensor, *, tgt_len: int, mem_len: int, cl
     model.eval()
     device = next(model.parameters()).device
     mems, parts = None, []
+    cache = model.new_cache() if mem_len > 0 else None  # fast cached evaluation: no re-projection of the memory
     for batch in iter_lm_segments(tokens, batch_size, tgt_len):
         out = model(batch.input.to(device), mems=mems, labels=batch.target.to(device), mem_len=mem_len,
-                    clamp_len=clamp_len)
+                    clamp_len=clamp_len, cache=cache)
         mems = out.mems if mem_len > 0 else None
         parts.append(-out.target_log_probs.float().cpu())
     model.train(was_training)

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
-from ..nn.attention import AbsoluteMultiHeadAttention, RelativeMultiHeadAttention, causal_mask, sinusoid
+from ..nn.attention import (AbsoluteMultiHeadAttention, ProjectionCache, RelativeMultiHeadAttention, causal_mask,
+                            sinusoid)
 
 
 @dataclass
@@ -138,14 +139,15 @@ class TransformerXLLayer(nn.Module):
         self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, h: Tensor, mem: Tensor | None, pos, mask: Tensor, biases) -> Tensor:
+    def forward(self, h: Tensor, mem: Tensor | None, pos, mask: Tensor, biases,
+                cache: ProjectionCache | None = None) -> Tensor:
         t = h.shape[1]
         content = h if mem is None or mem.shape[1] == 0 else torch.cat([mem, h], dim=1)  # [b, k, d]
         if self.pre_lnorm:
             content = self.attn_norm(content)
         if isinstance(self.attn, RelativeMultiHeadAttention):
             u, v = biases if biases is not None else (getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None))
-            a = self.attn(content, pos, mask, u, v)
+            a = self.attn(content, pos, mask, u, v, cache=cache, mem=mem)
         else:
             a = self.attn(content, mask, t)
         a = self.drop(a)
@@ -159,7 +161,8 @@ class TransformerXLLayer(nn.Module):
 class TransformerXLLMHeadModel(nn.Module):
     """Transformer-XL language model: adaptive input, L layers with memory, adaptive softmax.
 
-    ``model(input_ids, mems=None, labels=None, *, mem_len=None, clamp_len=None, return_log_probs=False)``
+    ``model(input_ids, mems=None, labels=None, *, mem_len=None, clamp_len=None, return_log_probs=False,
+    cache=None)``
 
     Args:
         input_ids: [b, t] token ids of the segment.
@@ -169,6 +172,10 @@ class TransformerXLLMHeadModel(nn.Module):
         mem_len, clamp_len: override the config for this call (evaluation with another
             attention length).
         return_log_probs: also return full [b, t, V] log-probabilities (generation).
+        cache: fast cached evaluation (no gradients; relative and Shaw attention): the list from
+            :meth:`new_cache`, passed with every segment of a stream together with that call's
+            ``mems``; each layer then projects keys and values for the new positions only and
+            reuses the relative encodings, instead of recomputing them over the whole memory.
     """
 
     def __init__(self, cfg: TransformerXLConfig):
@@ -220,10 +227,18 @@ class TransformerXLLMHeadModel(nn.Module):
             return self.drop(sinusoid(dist, cfg.d_model).to(self.word_emb.layers[0].weight.dtype))
         return dist.clamp(max=cfg.max_klen - 1)
 
+    def new_cache(self) -> list[ProjectionCache] | None:
+        """An empty projection cache per layer for ``forward(cache=...)``; None for absolute attention."""
+        if self.config.attn_type not in ("relative", "shaw"):
+            return None
+        return [ProjectionCache() for _ in self.layers]
+
     def forward(self, input_ids: Tensor, mems: list[Tensor] | None = None, labels: Tensor | None = None, *,
                 mem_len: int | None = None, clamp_len: int | None = None,
-                return_log_probs: bool = False) -> TransformerXLOutput:
+                return_log_probs: bool = False, cache: list[ProjectionCache] | None = None) -> TransformerXLOutput:
         cfg = self.config
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"cache has {len(cache)} entries for {len(self.layers)} layers: use model.new_cache()")
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
         b, t = input_ids.shape
@@ -246,9 +261,15 @@ class TransformerXLLMHeadModel(nn.Module):
             if cfg.checkpoint_layers and self.training and torch.is_grad_enabled():
                 h = checkpoint(layer, h, mem, pos, mask, shared, use_reentrant=False)
             else:
-                h = layer(h, mem, pos, mask, shared)
+                h = layer(h, mem, pos, mask, shared, cache[i] if cache is not None else None)
         h = self.drop(h)
         new_mems = self._update_mems(hids, mems, mem_len, t)
+        if cache is not None:
+            # keep the keys and values of exactly the positions the new memory holds
+            begin, end = self._mem_window(m, t, mem_len)
+            for c, new_mem in zip(cache, new_mems or [None] * len(cache)):
+                c.kv = c.kv[:, :, :, begin:end] if new_mem is not None and c.kv is not None else None
+                c.mem = new_mem
         flat = h.reshape(b * t, -1)
         target_lp = None
         if labels is not None:
@@ -259,12 +280,16 @@ class TransformerXLLMHeadModel(nn.Module):
         full = self.crit.log_prob(flat).view(b, t, -1) if return_log_probs else None
         return TransformerXLOutput(hidden=h, mems=new_mems, target_log_probs=target_lp, log_probs=full)
 
+    def _mem_window(self, m: int, t: int, mem_len: int) -> tuple[int, int]:
+        """[begin, end) of the new memory among the m + t positions [memory, segment]."""
+        end = m + max(0, t - self.config.ext_len)
+        return max(0, end - mem_len), end
+
     def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None, mem_len: int, t: int) -> list[Tensor]:
         """Keep the last mem_len layer inputs, excluding the ext_len extension (stop-gradient)."""
         if mem_len <= 0:
             return []
-        end = (mems[0].shape[1] if mems else 0) + max(0, t - self.config.ext_len)
-        begin = max(0, end - mem_len)
+        begin, end = self._mem_window(mems[0].shape[1] if mems else 0, t, mem_len)
         with torch.no_grad():
             return [(torch.cat([mems[i], hid], 1) if mems else hid)[:, begin:end].detach()
                     for i, hid in enumerate(hids)]

@@ -18,6 +18,7 @@ Axes: b batch, t query length, m memory length, k = m + t key length, h heads, e
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -184,6 +185,28 @@ def causal_mask(t: int, m: int, device, same_length: bool = False, mem_len: int 
     return mask
 
 
+@dataclass
+class ProjectionCache:
+    """One layer's projections reused across segments at evaluation (no gradients).
+
+    With memory, every segment attends over the memory positions again; their keys and values
+    and the projected relative encodings are the same as in the previous segment, so recomputing
+    them is most of a cached segment's work at long attention lengths. The model fills this
+    object in one call and reads it in the next.
+
+    Attributes:
+        kv: [2, h, b, m, e] keys and values of the memory positions.
+        mem: the memory tensor ``kv`` belongs to (checked by identity, so a different memory
+            is never matched with stale projections).
+        pos, r: the relative encodings [P, d] of the last call and their projection [h, P, e].
+    """
+
+    kv: Tensor | None = None
+    mem: Tensor | None = None
+    pos: Tensor | None = None
+    r: Tensor | None = None
+
+
 class RelativeMultiHeadAttention(nn.Module):
     """Multi-head attention with Transformer-XL relative positions (or Shaw et al. 2018 variants).
 
@@ -222,7 +245,8 @@ class RelativeMultiHeadAttention(nn.Module):
     def forward(self, content: Tensor, pos: Tensor, mask: Tensor | None, r_w_bias: Tensor | None = None,
                 r_r_bias: Tensor | None = None, query: Tensor | None = None,
                 seg_mat: Tensor | None = None, seg_embed: Tensor | None = None,
-                r_s_bias: Tensor | None = None, pos_max: int | None = None) -> Tensor:
+                r_s_bias: Tensor | None = None, pos_max: int | None = None, cache: ProjectionCache | None = None,
+                mem: Tensor | None = None) -> Tensor:
         """Attend from the last t positions (or from ``query``) over all k content positions.
 
         Args:
@@ -238,20 +262,40 @@ class RelativeMultiHeadAttention(nn.Module):
             seg_embed: [2, h, e] segment encodings s; r_s_bias: [h, e] segment bias.
             pos_max: the distance ``pos[0]`` encodes (default P - 1; XLNet's bidirectional
                 encodings of k .. -t+1 pass k).
+            cache: evaluation only (no gradients): reuse the memory's keys and values and the
+                projected encodings of the previous call when ``mem`` is the memory they were
+                computed for; on return ``cache.kv`` holds the keys and values of all k positions.
+            mem: the memory tensor that opens ``content`` (needed with ``cache``).
         Returns:
             [b, t, d] attention output (before the residual connection).
         """
         b, klen, _ = content.shape
         h, e = self.n_head, self.d_head
         w_q, w_kv = self.qkv.weight.split([h * e, 2 * h * e])
-        # Keys and values over memory + segment, queries only where they are asked for.
-        k, v = F.linear(content, w_kv).view(b, klen, 2, h, e).permute(2, 3, 0, 1, 4).contiguous().unbind(0)
         if query is None:
             query = content[:, klen - (mask.shape[-2] if mask is not None else klen):]
         t = query.shape[1]
+        # Keys and values over memory + segment (the memory's from the cache when it holds them),
+        # queries only where they are asked for.
+        reuse = 0
+        if cache is not None:
+            if torch.is_grad_enabled():
+                raise RuntimeError("a ProjectionCache is for evaluation: call under torch.no_grad()")
+            if cache.kv is not None and mem is not None and cache.mem is mem and cache.kv.shape[3] == mem.shape[1]:
+                reuse = mem.shape[1]
+        kv = F.linear(content[:, reuse:], w_kv).view(b, klen - reuse, 2, h, e).permute(2, 3, 0, 1, 4)
+        kv = torch.cat([cache.kv, kv], 3) if reuse else kv.contiguous()             # [2, h, b, k, e]
+        if cache is not None:
+            cache.kv = kv
+        k, v = kv.unbind(0)
         q = F.linear(query, w_q).view(b, t, h, e).permute(2, 0, 1, 3).contiguous()   # [h, b, t, e]
         if self.kind == "relative":
-            r = self.r_net(pos).view(-1, h, e).transpose(0, 1).contiguous()       # [h, P, e]
+            if cache is not None and cache.pos is not None and cache.pos.shape == pos.shape and torch.equal(cache.pos, pos):
+                r = cache.r
+            else:
+                r = self.r_net(pos).view(-1, h, e).transpose(0, 1).contiguous()   # [h, P, e]
+                if cache is not None:
+                    cache.pos, cache.r = pos, r
             u, w, pos_bias = r_w_bias, r_r_bias, None
         else:
             r = self.r_emb[pos].transpose(0, 1).contiguous()
