@@ -11,6 +11,9 @@
 TSVM is left out: no maintained Python implementation scales to these graphs, and the thesis reports it
 below the other baselines on Cora/CiteSeer-size data.
 Full-batch training; the parameters with the best validation accuracy are kept (validation only).
+The bag-of-words features are a sparse (n, f) tensor: dropout draws only for the stored entries (a zero
+stays zero under dropout anyway) and the linear maps touch only those, which is what keeps a step of
+Feat / ManiReg / GCN on CiteSeer's 3,327 × 3,703 features at milliseconds rather than ~0.2 s.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,12 +56,37 @@ class _GCN(nn.Module):
         super().__init__()
         from torch_geometric.nn import GCNConv
 
-        self.c1, self.c2, self.p = GCNConv(f, h), GCNConv(h, k), dropout
+        # one fixed graph: the symmetric normalisation (with self loops) is computed once, not every step
+        self.c1, self.c2, self.p = GCNConv(f, h, cached=True), GCNConv(h, k, cached=True), dropout
 
     def forward(self, x, edge_index):
-        x = F.dropout(x, self.p, self.training)
+        x = _dropout(x, self.p, self.training)
         x = F.dropout(F.relu(self.c1(x, edge_index)), self.p, self.training)
         return self.c2(x, edge_index)
+
+
+def _sparse_features(features: sp.csr_matrix, row_normalise: bool) -> torch.Tensor:
+    """(n, f) coalesced sparse COO float tensor of ``features``, each row divided by its sum (at least 1)
+    when ``row_normalise``."""
+    x = features.tocoo()
+    values = x.data.astype(np.float32)
+    if row_normalise:
+        sums = np.asarray(features.sum(1), np.float32).ravel()
+        values = values / np.maximum(sums, 1.0)[x.row]
+    idx = torch.from_numpy(np.vstack([x.row, x.col]).astype(np.int64))
+    return torch.sparse_coo_tensor(idx, torch.from_numpy(values), x.shape, check_invariants=True).coalesce()
+
+
+def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout on a dense or sparse (n, f) tensor. Sparse: each stored entry is zeroed with probability
+    p and the others scaled by 1/(1 − p), the distribution of dropout on the dense matrix, whose
+    zeros stay zero."""
+    if not x.is_sparse:
+        return F.dropout(x, p, training)
+    if not training or p == 0.0:
+        return x
+    return torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape, is_coalesced=True,
+                                   check_invariants=False)
 
 
 def _label_propagation(g, iterations: int) -> np.ndarray:
@@ -110,11 +139,10 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
         pred = torch.tensor(_label_propagation(g, cfg.lp_iterations).argmax(1))
         return {"test_accuracy": acc(pred, te), "val_accuracy": acc(pred, va)}
 
-    x = torch.tensor(g.features.toarray())
     if cfg.baseline == "graphemb":
         x = _graphemb_features(g, cfg, seed)
-    elif cfg.row_normalise:
-        x = x / x.sum(1, keepdim=True).clamp_min(1.0)
+    else:
+        x = _sparse_features(g.features, cfg.row_normalise)
     edge_index = torch.tensor(g.edges.T)
     k = g.num_classes
     if cfg.baseline == "gcn":
@@ -127,7 +155,7 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
         forward = lambda: head(F.dropout(torch.relu(hidden(x)), cfg.dropout, model.training))  # noqa: E731
     else:
         model = nn.Linear(x.shape[1], k)
-        forward = lambda: model(F.dropout(x, cfg.dropout, model.training))  # noqa: E731
+        forward = lambda: model(_dropout(x, cfg.dropout, model.training))  # noqa: E731
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     best, best_state = -1.0, None
