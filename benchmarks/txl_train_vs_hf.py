@@ -16,8 +16,10 @@ set size just before the first step
 (so imports, weights and data are excluded and activations, gradients and optimizer state count),
 with glibc's mmap threshold fixed so that freed tensors leave the resident set.
 
-genfeat is also measured with layer checkpointing (``checkpoint_layers``), reported separately as
-``checkpointed_speedup`` and ``checkpointed_memory_ratio``; the headline figures use the default.
+genfeat is also measured with its two memory options, reported separately: feed-forward
+recomputation (``recompute_ff``: ``recompute_ff_speedup``, ``recompute_ff_memory_ratio``, timed in the
+same interleaved rounds) and layer checkpointing (``checkpoint_layers``: ``checkpointed_speedup``,
+``checkpointed_memory_ratio``, two rounds after them); the headline figures use the default.
 
 On CUDA (``--device cuda``) the steps are timed between device synchronisations and peak memory is
 the CUDA allocator's peak during each side's steps minus what it held before them (both in this
@@ -121,12 +123,19 @@ def loss_diff(hf, ours, x, y) -> float:
     return abs(float(hf_loss) - float(our_loss))
 
 
+def use_variant(model, name: str) -> None:
+    """Switch genfeat's memory options for the side ``name`` (genfeat, genfeat-rff, genfeat-ckpt)."""
+    model.config.checkpoint_layers = name == "genfeat-ckpt"
+    model.config.recompute_ff = name == "genfeat-rff"
+    for layer in model.layers:
+        layer.ff.recompute = model.config.recompute_ff
+
+
 def memory_probe(which: str, precision: str) -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         hf, ours = build(Path(tmp))
-    if which == "genfeat-ckpt":
-        ours.config.checkpoint_layers = True
+    use_variant(ours, which)
     side = Side("hf" if which == "hf" else "genfeat", hf if which == "hf" else ours, precision)
     del hf, ours
     data = batches(WARMUP + 3)
@@ -149,7 +158,7 @@ def _status_kb(field: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-ckpt"])
+    parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-rff", "genfeat-ckpt"])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
@@ -168,7 +177,9 @@ def main() -> None:
     hf, ours = hf.to(args.device), ours.to(args.device)
     data = batches(WARMUP + ROUNDS * round_steps, args.device)
     diff = loss_diff(hf, ours, *data[0])
+    # the genfeat variants share one model, optimizer and memory; each timed chunk switches the options
     sides = {"hf": Side("hf", hf, args.precision), "genfeat": Side("genfeat", ours, args.precision)}
+    sides["genfeat-rff"] = sides["genfeat-ckpt"] = sides["genfeat"]
     peaks = {}
 
     def timed(name: str, chunk) -> float:
@@ -176,6 +187,8 @@ def main() -> None:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             held = torch.cuda.memory_allocated()
+        if name != "hf":
+            use_variant(ours, name)
         t0 = time.perf_counter()
         for x, y in chunk:
             sides[name].step(x, y)
@@ -185,32 +198,32 @@ def main() -> None:
             peaks[name] = max(peaks.get(name, 0), peak)
         return len(chunk) * B * T / (time.perf_counter() - t0)
 
-    for side in sides.values():
+    for side in (sides["hf"], sides["genfeat"]):
         for x, y in data[:WARMUP]:
             side.step(x, y)
-    rates: dict[str, list[float]] = {"hf": [], "genfeat": []}
+    names = ["hf", "genfeat", "genfeat-rff"]
+    rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(ROUNDS):
         chunk = data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps]
-        order = ["hf", "genfeat"] if r % 2 == 0 else ["genfeat", "hf"]
+        order = names[r % 3:] + names[:r % 3]
         for name in order:
             rates[name].append(timed(name, chunk))
     if not cuda:
         # glibc's dynamic mmap threshold keeps freed blocks of up to 32 MB in the heap, so the peak
         # resident size would measure allocator history; a fixed threshold makes it the live peak.
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-        for name in ("hf", "genfeat", "genfeat-ckpt"):
+        for name in ("hf", "genfeat", "genfeat-rff", "genfeat-ckpt"):
             proc = subprocess.run([sys.executable, __file__, "--memory-probe", name, "--precision", args.precision],
                                   capture_output=True, text=True, check=True, env=env)
             peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
-    ours.config.checkpoint_layers = True
-    sides["genfeat-ckpt"] = Side("genfeat", ours, args.precision)
-    sides["genfeat-ckpt"].opt, sides["genfeat-ckpt"].mems = sides["genfeat"].opt, sides["genfeat"].mems
     ckpt_rates = [timed("genfeat-ckpt", data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps])
                   for r in range(2)]
     hf_tps, ours_tps = statistics.median(rates["hf"]), statistics.median(rates["genfeat"])
     result = {"speedup": ours_tps / hf_tps, "memory_ratio": peaks["genfeat"] / peaks["hf"], "loss_abs_diff": diff,
               "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": peaks["genfeat"] / 1024,
               "hf_peak_mb": peaks["hf"] / 1024,
+              "recompute_ff_speedup": statistics.median(rates["genfeat-rff"]) / hf_tps,
+              "recompute_ff_memory_ratio": peaks["genfeat-rff"] / peaks["hf"],
               "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
               "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"], "rounds": ROUNDS, "steps_per_round": round_steps,
               "threads": torch.get_num_threads(), "torch": torch.__version__, "device": args.device,

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
 from ..nn.attention import (AbsoluteMultiHeadAttention, ProjectionCache, RelativeMultiHeadAttention, causal_mask,
                             sinusoid)
+from ..nn.feedforward import PositionwiseFeedForward
 
 
 @dataclass
@@ -66,6 +66,10 @@ class TransformerXLConfig:
     """Per cluster, tie the softmax projection to the embedding projection (default: all but the head)."""
     pre_lnorm: bool = False
     """Layer norm before each sub-layer (the paper is post-norm)."""
+    recompute_ff: bool = False
+    """Recompute each feed-forward block's inner activation in the backward pass instead of storing
+    it (``genfeat.nn.feedforward``): 4·d_inner fewer bytes per token and layer, one more
+    d_model × d_inner product per token and layer in backward."""
     checkpoint_layers: bool = False
     """Recompute each layer in the backward pass instead of storing its activations (gradient
     checkpointing): less memory, about a third more compute."""
@@ -106,20 +110,6 @@ class TransformerXLOutput:
     """[b, t, V] when return_log_probs."""
 
 
-class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_inner: int, dropout: float):
-        super().__init__()
-        self.fc1 = nn.Linear(d_model, d_inner)
-        self.fc2 = nn.Linear(d_inner, d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor) -> Tensor:
-        # fc1 on the flattened [n, d] input returns its own buffer rather than a view, so ReLU can run
-        # in place on it (fc1's backward does not need its output) without a CopySlices in backward
-        inner = F.relu(self.fc1(x.reshape(-1, x.shape[-1])), inplace=True)
-        return self.drop(self.fc2(self.drop(inner))).view(*x.shape[:-1], -1)
-
-
 class TransformerXLLayer(nn.Module):
     """Attention + position-wise feed-forward, each with residual and (post or pre) layer norm."""
 
@@ -135,21 +125,26 @@ class TransformerXLLayer(nn.Module):
             self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
             self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
         self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
-        self.ff = FeedForward(cfg.d_model, cfg.d_inner, cfg.dropout)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, cfg.dropout, recompute=cfg.recompute_ff)
         self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, h: Tensor, mem: Tensor | None, pos, mask: Tensor, biases,
                 cache: ProjectionCache | None = None) -> Tensor:
-        t = h.shape[1]
-        content = h if mem is None or mem.shape[1] == 0 else torch.cat([mem, h], dim=1)  # [b, k, d]
-        if self.pre_lnorm:
-            content = self.attn_norm(content)
         if isinstance(self.attn, RelativeMultiHeadAttention):
             u, v = biases if biases is not None else (getattr(self, "r_w_bias", None), getattr(self, "r_r_bias", None))
-            a = self.attn(content, pos, mask, u, v, cache=cache, mem=mem)
+            if mem is not None and mem.shape[1] == 0:
+                mem = None
+            x = h
+            if self.pre_lnorm:
+                x = self.attn_norm(h)
+                # a cache that holds the memory's keys and values has them of the normalised memory
+                if mem is not None and not (cache is not None and cache.holds(mem)):
+                    mem = self.attn_norm(mem)
+            a = self.attn(x, pos, mask, u, v, cache=cache, mem=mem)
         else:
-            a = self.attn(content, mask, t)
+            content = h if mem is None or mem.shape[1] == 0 else torch.cat([mem, h], dim=1)  # [b, k, d]
+            a = self.attn(self.attn_norm(content) if self.pre_lnorm else content, mask, h.shape[1])
         a = self.drop(a)
         if self.pre_lnorm:
             h = h + a
@@ -289,7 +284,10 @@ class TransformerXLLMHeadModel(nn.Module):
         """Keep the last mem_len layer inputs, excluding the ext_len extension (stop-gradient)."""
         if mem_len <= 0:
             return []
-        begin, end = self._mem_window(mems[0].shape[1] if mems else 0, t, mem_len)
+        m = mems[0].shape[1] if mems else 0
+        begin, end = self._mem_window(m, t, mem_len)
+        if begin >= m:
+            # inside the segment: a view of the layer input, which the backward pass keeps anyway
+            return [hid[:, begin - m:end - m].detach() for hid in hids]
         with torch.no_grad():
-            return [(torch.cat([mems[i], hid], 1) if mems else hid)[:, begin:end].detach()
-                    for i, hid in enumerate(hids)]
+            return [torch.cat([mem[:, begin:], hid[:, :end - m]], 1) for mem, hid in zip(mems, hids)]

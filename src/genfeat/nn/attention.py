@@ -206,6 +206,11 @@ class ProjectionCache:
     pos: Tensor | None = None
     r: Tensor | None = None
 
+    def holds(self, mem: Tensor | None) -> bool:
+        """Whether ``kv`` holds the keys and values of this memory tensor."""
+        return mem is not None and mem.shape[1] > 0 and self.mem is mem and self.kv is not None \
+            and self.kv.shape[3] == mem.shape[1]
+
 
 class RelativeMultiHeadAttention(nn.Module):
     """Multi-head attention with Transformer-XL relative positions (or Shaw et al. 2018 variants).
@@ -242,22 +247,22 @@ class RelativeMultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_head, self.d_head).transpose(1, 2)  # [b, h, n, e]
 
-    def forward(self, content: Tensor, pos: Tensor, mask: Tensor | None, r_w_bias: Tensor | None = None,
+    def forward(self, h: Tensor, pos: Tensor, mask: Tensor | None, r_w_bias: Tensor | None = None,
                 r_r_bias: Tensor | None = None, query: Tensor | None = None,
                 seg_mat: Tensor | None = None, seg_embed: Tensor | None = None,
                 r_s_bias: Tensor | None = None, pos_max: int | None = None, cache: ProjectionCache | None = None,
                 mem: Tensor | None = None) -> Tensor:
-        """Attend from the last t positions (or from ``query``) over all k content positions.
+        """Attend from the last t positions of ``h`` (or from ``query``) over [memory, h].
 
         Args:
-            content: [b, k, d] memory followed by the current segment.
+            h: [b, n, d] the current segment (XLNet: the content stream).
             pos: ``relative``: sinusoid encodings [P, d] of decreasing distances, by default the
                 P = k distances k-1 .. 0 (clamped); ``shaw``: long tensor [P] of those distances
                 clamped to max_dist - 1.
             mask: bool [t, k] or [b, t, k], True = blocked; None = attend everywhere.
             r_w_bias, r_r_bias: u and v, [h, e] (required for ``relative``).
             query: [b, t, d] a separate query stream (XLNet's query stream); default: the last t
-                content positions.
+                positions of ``h``.
             seg_mat: [b, t, k, 2] one-hot "same segment / different segment" (XLNet).
             seg_embed: [2, h, e] segment encodings s; r_s_bias: [h, e] segment bias.
             pos_max: the distance ``pos[0]`` encodes (default P - 1; XLNet's bidirectional
@@ -265,35 +270,46 @@ class RelativeMultiHeadAttention(nn.Module):
             cache: evaluation only (no gradients): reuse the memory's keys and values and the
                 projected encodings of the previous call when ``mem`` is the memory they were
                 computed for; on return ``cache.kv`` holds the keys and values of all k positions.
-            mem: the memory tensor that opens ``content`` (needed with ``cache``).
+            mem: [b, m, d] the memory (stop-gradient states of the previous segments), or None.
         Returns:
             [b, t, d] attention output (before the residual connection).
+
+        Keys and values of the memory and of the segment are projected separately and only then
+        joined, so the backward pass keeps the memory and ``h`` themselves (which the model holds
+        anyway) rather than a concatenated copy of both.
         """
-        b, klen, _ = content.shape
-        h, e = self.n_head, self.d_head
-        w_q, w_kv = self.qkv.weight.split([h * e, 2 * h * e])
+        b, n, _ = h.shape
+        m = 0 if mem is None else mem.shape[1]
+        klen = m + n
+        heads, e = self.n_head, self.d_head
+        w_q, w_kv = self.qkv.weight.split([heads * e, 2 * heads * e])
         if query is None:
-            query = content[:, klen - (mask.shape[-2] if mask is not None else klen):]
+            query = h[:, n - (mask.shape[-2] if mask is not None else n):]
         t = query.shape[1]
-        # Keys and values over memory + segment (the memory's from the cache when it holds them),
-        # queries only where they are asked for.
-        reuse = 0
+        reuse = False
         if cache is not None:
             if torch.is_grad_enabled():
                 raise RuntimeError("a ProjectionCache is for evaluation: call under torch.no_grad()")
-            if cache.kv is not None and mem is not None and cache.mem is mem and cache.kv.shape[3] == mem.shape[1]:
-                reuse = mem.shape[1]
-        kv = F.linear(content[:, reuse:], w_kv).view(b, klen - reuse, 2, h, e).permute(2, 3, 0, 1, 4)
-        kv = torch.cat([cache.kv, kv], 3) if reuse else kv.contiguous()             # [2, h, b, k, e]
+            reuse = cache.holds(mem)
+
+        def project_kv(x: Tensor) -> Tensor:  # [b, n', d] -> [2, h, b, n', e] (a strided view)
+            return F.linear(x, w_kv).view(b, x.shape[1], 2, heads, e).permute(2, 3, 0, 1, 4)
+
+        if reuse:
+            kv = torch.cat([cache.kv, project_kv(h)], 3)
+        elif m:
+            kv = torch.cat([project_kv(mem), project_kv(h)], 3)
+        else:
+            kv = project_kv(h).contiguous()                                          # [2, h, b, k, e]
         if cache is not None:
             cache.kv = kv
         k, v = kv.unbind(0)
-        q = F.linear(query, w_q).view(b, t, h, e).permute(2, 0, 1, 3).contiguous()   # [h, b, t, e]
+        q = F.linear(query, w_q).view(b, t, heads, e).permute(2, 0, 1, 3).contiguous()   # [h, b, t, e]
         if self.kind == "relative":
             if cache is not None and cache.pos is not None and cache.pos.shape == pos.shape and torch.equal(cache.pos, pos):
                 r = cache.r
             else:
-                r = self.r_net(pos).view(-1, h, e).transpose(0, 1).contiguous()   # [h, P, e]
+                r = self.r_net(pos).view(-1, heads, e).transpose(0, 1).contiguous()   # [h, P, e]
                 if cache is not None:
                     cache.pos, cache.r = pos, r
             u, w, pos_bias = r_w_bias, r_r_bias, None
@@ -307,7 +323,7 @@ class RelativeMultiHeadAttention(nn.Module):
         offset = (pos.shape[0] - 1 if pos_max is None else pos_max) - (klen - t)
         p_drop = self.dropatt.p if self.training else 0.0
         out = _RelativeAttentionCore.apply(q, u, w, k, v, r, pos_bias, bias, mask, offset, self.scale, p_drop)
-        return self.out(out.permute(1, 2, 0, 3).reshape(b, t, h * e))
+        return self.out(out.permute(1, 2, 0, 3).reshape(b, t, heads * e))
 
 
 class AbsoluteMultiHeadAttention(nn.Module):
