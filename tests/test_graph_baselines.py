@@ -1,16 +1,50 @@
-"""Table 3.6 baselines: the sparse feature path computes what the dense one did; a short run learns."""
+"""Table 3.6 baselines: the recipe's checks, the sparse feature path computes what the dense one did, a
+short run learns."""
 
 import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 
-from genfeat.methods.graph_baselines import _dropout, _sparse_features
+from genfeat.config import from_dict
+from genfeat.errors import ConfigError
+from genfeat.methods.graph_baselines import GraphBaselineRecipe, _dropout, _sparse_features
 
 DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
+
+
+ALLOWED = ["feat", "lp", "manireg", "semiemb", "graphemb", "gcn"]
+
+
+def test_unknown_baseline_names_the_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        from_dict(GraphBaselineRecipe, {"baseline": "tsvm"})
+    assert "'baseline'" in str(err.value) and "'tsvm'" in str(err.value)
+    assert all(f"'{name}'" in str(err.value) for name in ALLOWED)
+    for name in ALLOWED:
+        assert from_dict(GraphBaselineRecipe, {"baseline": name}).baseline == name
+
+
+def test_unknown_baseline_on_the_command_line_is_one_error_line():
+    recipe = pathlib.Path(__file__).parents[1] / "recipes" / "planetoid" / "cora_feat.yaml"
+    proc = subprocess.run([sys.executable, "-m", "genfeat.cli", "run", str(recipe), "--baseline", "tsvm"],
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: config field 'baseline' has value 'tsvm'") and "fix:" in lines[0]
+    assert all(f"'{name}'" in lines[0] for name in ALLOWED)
+
+
+@pytest.mark.parametrize("field, value", [("dataset", "pubmed2"), ("steps", 0), ("lr", 0.0), ("dropout", 1.0),
+                                          ("hidden_size", 0)])
+def test_recipe_rejects_bad_values(field, value):
+    with pytest.raises(ConfigError, match=field):
+        from_dict(GraphBaselineRecipe, {field: value})
 
 
 def _bag_of_words(n=40, f=30, seed=0):
@@ -50,7 +84,7 @@ def test_sparse_dropout_keeps_zeros_and_rescales_stored_entries():
 @pytest.mark.parametrize("baseline", ["feat", "manireg", "gcn"])
 def test_short_baseline_run_learns(monkeypatch, baseline):
     monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
-    from genfeat.methods.graph_baselines import GraphBaselineRecipe, run
+    from genfeat.methods.graph_baselines import run
 
     res = run(GraphBaselineRecipe(dataset="cora", baseline=baseline, steps=30), seed=0, out_dir=None, progress=False)
     # 7 classes, the largest ~30% of the test set: 30 Adam steps already do far better

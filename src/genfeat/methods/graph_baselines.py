@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,28 +28,47 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
 from ..runner import register_method
-
-BASELINES = ("feat", "lp", "manireg", "semiemb", "graphemb", "gcn")
 
 
 @dataclass
 class GraphBaselineRecipe:
-    dataset: str = "cora"
-    baseline: str = "feat"
+    """One baseline of Table 3.6 (or GCN) on a Planetoid public split; recipe ``method: graph_baseline``."""
+
+    dataset: Literal["cora", "citeseer", "pubmed"] = "cora"
+    """Public split of this Planetoid dataset."""
+    baseline: Literal["feat", "lp", "manireg", "semiemb", "graphemb", "gcn"] = "feat"
+    """Which baseline to run (see the module docstring)."""
     steps: int = 200
+    """Full-batch Adam steps of the classifier (every baseline but lp)."""
     lr: float = 0.01
+    """Adam learning rate."""
     weight_decay: float = 5e-4
+    """Adam weight decay (L2 on all classifier parameters)."""
     hidden_size: int = 16
+    """Hidden units of semiemb's MLP and gcn's first layer."""
     dropout: float = 0.5
+    """Dropout on the classifier inputs (and on semiemb's / gcn's hidden layer)."""
     reg_weight: float = 1.0
     """λ of ManiReg's Laplacian term / SemiEmb's embedding loss."""
     row_normalise: bool = True
+    """Divide each feature row by its sum (not graphemb, whose inputs are the learned embeddings)."""
     lp_iterations: int = 100
+    """Label propagation iterations."""
     embed_steps: int = 2000
     """GraphEmb: skip-gram steps (200 walks × 10 pairs each)."""
     threads: int = 1
+    """torch intra-op threads (0: leave torch's default)."""
+
+    def __post_init__(self):
+        for name in ("steps", "hidden_size", "lp_iterations", "embed_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.weight_decay < 0 or self.reg_weight < 0 or self.threads < 0:
+            raise ValueError(f"lr must be > 0 and weight_decay, reg_weight, threads >= 0, got lr={self.lr}, "
+                             f"weight_decay={self.weight_decay}, reg_weight={self.reg_weight}, threads={self.threads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 class _GCN(nn.Module):
@@ -123,8 +143,6 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
         resume: bool = False) -> dict[str, float]:
     from ..data.graph import load_planetoid
 
-    if cfg.baseline not in BASELINES:
-        raise ConfigError(f"unknown baseline '{cfg.baseline}'", f"use one of: {', '.join(BASELINES)}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(seed)
