@@ -75,6 +75,18 @@ def test_context_logits_agree_with_scores():
         assert torch.allclose(full[torch.arange(3), c] - m.context.bias[c], m.context_score(i, c), atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["t", "i", "g"])
+def test_context_parameters_are_what_the_context_loss_trains(mode):
+    from genfeat.objectives.graph_context import GraphContextObjective
+
+    torch.manual_seed(0)
+    m = PlanetoidModel(torch.rand(6, 4), 3, mode, embedding_size=5)
+    batch = {"i": torch.tensor([0, 1, 2, 5]), "c": torch.tensor([1, 2, 3, 4]), "gamma": torch.ones(4)}
+    GraphContextObjective("softmax")(m, batch).loss_sum.backward()
+    reached = {id(p) for p in m.parameters() if p.grad is not None}
+    assert reached and {id(p) for p in m.context_parameters()} == reached
+
+
 @pytest.mark.parametrize("field, value", [("mode", "x"), ("embedding_size", 0), ("r1", 0.0), ("r2", 1.5),
                                           ("dropout", 1.0), ("steps", -1), ("window", 0), ("context_loss", "nce")])
 def test_recipe_rejects_bad_values(field, value):

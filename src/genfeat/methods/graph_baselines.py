@@ -127,15 +127,16 @@ def _graphemb_features(g, cfg: GraphBaselineRecipe, seed: int) -> torch.Tensor:
     from ..objectives.graph_context import ContextSampler, GraphContextObjective
 
     sampler = ContextSampler(g.edges, g.num_nodes, None, None, seed=seed)
-    model = PlanetoidModel(torch.zeros(g.num_nodes, 1), g.num_classes, "g")
-    opt = torch.optim.SGD([model.embedding.weight, model.context.weight], lr=100.0)
+    model = PlanetoidModel(torch.zeros(g.num_nodes, 0), g.num_classes, "g")
+    opt = torch.optim.SGD(model.context_parameters(), lr=100.0)
     obj = GraphContextObjective()
     for _ in range(cfg.embed_steps):
         out = obj(model, next(sampler))
         opt.zero_grad()
         out.mean.backward()
         opt.step()
-    return model.embedding.weight.detach()
+    with torch.no_grad():
+        return model.embed(torch.arange(g.num_nodes))
 
 
 @register_method("graph_baseline", GraphBaselineRecipe)

@@ -175,10 +175,7 @@ def build(cfg: PlanetoidRecipe, seed: int):
         return ContextSampler(edges, g.num_nodes, g.labels, g.train_idx, walks, r1, r2, cfg.walk_length,
                               cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk, exclude=exclude)
 
-    if cfg.mode == "i":
-        ctx_params = lambda m: [*m.context.parameters(), *m.embed_x.parameters()]  # noqa: E731
-    else:
-        ctx_params = lambda m: [*m.context.parameters(), m.embedding.weight]  # noqa: E731
+    ctx_params = PlanetoidModel.context_parameters
     ctx_obj = GraphContextObjective(cfg.context_loss)
     graph_pairs = cfg.context_batch * cfg.pairs_per_walk
     init = []

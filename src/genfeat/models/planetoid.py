@@ -46,7 +46,8 @@ class PlanetoidModel(nn.Module):
     """Planetoid-T/-I/-G classifier and context model over a fixed node set.
 
     Args:
-        features: (n, f) dense float tensor of node features (kept as a buffer; ignored in mode ``g``).
+        features: (n, f) dense float tensor of node features (kept as a buffer; mode ``g`` uses only n,
+            so f may be 0).
         num_classes: k.
         mode: ``t``, ``i`` or ``g`` (default ``t``).
         embedding_size: e (default 50).
@@ -78,6 +79,13 @@ class PlanetoidModel(nn.Module):
         if self.mode == "i":
             return torch.relu(self.embed_x(self.features[nodes]))
         return self.embedding(nodes)
+
+    def context_parameters(self) -> list[nn.Parameter]:
+        """The parameters a context step trains (Algorithm 3, T2 / the context initialisation): the
+        context layer (w_c, b_c) and what produces e_i, the free embeddings (``t``, ``g``) or the map
+        h(x_i) of Eq. 3.14 (``i``). The classifier layers are left to the label steps."""
+        embed = self.embed_x.parameters() if self.mode == "i" else [self.embedding.weight]
+        return [*self.context.parameters(), *embed]
 
     def context_score(self, i: Tensor, c: Tensor) -> Tensor:
         """w_c^T e_i, Eq. 3.12; i, c: (b,) node ids -> (b,)."""
