@@ -141,3 +141,17 @@ def test_inductive_context_never_pairs_test_nodes(monkeypatch, through):
     for stream in streams:
         batch = next(stream)
         assert not test & (set(batch["i"].tolist()) | set(batch["c"].tolist()))
+
+
+@pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
+def test_all_pairs_batches_and_context_lr(monkeypatch):
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    from genfeat.methods.planetoid import PlanetoidRecipe, build
+
+    _, _, _, (label_init, graph_init), _ = build(PlanetoidRecipe(dataset="cora", walk_length=11, all_pairs=True), 0)
+    # label context keeps its 100 pairs; graph context: 200 walks x the 54 window pairs of 11 nodes
+    assert len(next(label_init.stages[0].terms[0].stream)["i"]) == 100
+    assert len(next(graph_init.stages[0].terms[0].stream)["i"]) == 200 * 54
+    # the released lr applies to the loss summed over a batch's pairs
+    assert graph_init.optimizers["ctx"].config.lr == pytest.approx(0.01 * 200 * 54)
+    assert label_init.optimizers["ctx"].config.lr == pytest.approx(0.01 * 100)

@@ -7,7 +7,7 @@ import scipy.sparse.csgraph as csg
 import torch
 
 from genfeat.errors import DataError
-from genfeat.objectives.graph_context import ContextSampler, GraphContextObjective
+from genfeat.objectives.graph_context import ContextSampler, GraphContextObjective, window_pairs
 
 
 def _two_paths():
@@ -39,6 +39,29 @@ def test_empirical_ratios_and_window():
     # negatives are uniform corruptions: they reach nodes far outside the window
     neg = (gamma < 0).numpy()
     assert np.isinf(dist[i[neg], c[neg]]).any()
+
+
+def test_window_pairs_enumerate_the_released_walk_pairs():
+    pos, other = window_pairs(11, 3)
+    # a walk of 11 nodes (the released path_size 10) has 2 * (10 + 9 + 8) pairs within 3 steps, no self-pairs
+    assert len(pos) == 54
+    assert set(zip(pos.tolist(), other.tolist())) == {(l, m) for l in range(11) for m in range(11) if 1 <= abs(l - m) <= 3}
+
+
+def test_all_pairs_takes_every_window_pair_of_each_walk():
+    e, _ = _two_paths()
+    s = ContextSampler(e, 24, None, None, batch_size=50, r1=1.0, walk_length=6, window=2, seed=0, pairs_per_walk=3,
+                       all_pairs=True)
+    assert s.pairs_per_walk == 2 * (5 + 4)
+    batch = next(s)
+    i, c = batch["i"].numpy(), batch["c"].numpy()
+    assert len(i) == 50 * 18 and (batch["gamma"] == 1).all()
+    dist = csg.shortest_path(sp.csr_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(24, 24)), unweighted=True)
+    assert (dist[i, c] <= 2).all()
+    # every pair of a walk is there in both directions
+    for w in range(50):
+        block = list(zip(i[w * 18:(w + 1) * 18].tolist(), c[w * 18:(w + 1) * 18].tolist()))
+        assert sorted(block) == sorted((b, a) for a, b in block)
 
 
 def test_stream_resumes_exactly():

@@ -43,7 +43,12 @@ class PlanetoidRecipe:
     context_batch: int = 200
     """N2 random walks per graph-context step."""
     pairs_per_walk: int = 65
-    """Context pairs drawn from each walk (65: as many as a walk of 11 nodes has within d = 3)."""
+    """Context pairs drawn from each walk (65: as many as a walk of 11 nodes has within d = 3, counting the
+    released code's self-pairs); ignored with all_pairs."""
+    all_pairs: bool = False
+    """Graph context from every pair of each walk within the window (2·Σ_{k=1..d}(q − k) per walk: 54 for
+    q = 11, d = 3), the released code's enumeration less its self-pairs, instead of pairs_per_walk
+    pairs drawn at random positions."""
     label_context_batch: int = 100
     """Label-context pairs per step of the label-context initialisation."""
     r1: float = 5 / 6
@@ -151,7 +156,7 @@ def build(cfg: PlanetoidRecipe, seed: int):
     from ..data.graph import load_planetoid
     from ..models.planetoid import PlanetoidModel
     from ..objectives.classification import ClassificationObjective
-    from ..objectives.graph_context import ContextSampler, GraphContextObjective
+    from ..objectives.graph_context import ContextSampler, GraphContextObjective, window_pairs
 
     g = load_planetoid(cfg.dataset)
     x = torch.tensor(g.features.toarray())
@@ -172,12 +177,15 @@ def build(cfg: PlanetoidRecipe, seed: int):
     r1 = cfg.r1 if cfg.context_loss == "negative_sampling" else 1.0
 
     def sampler(walks: int, pairs_per_walk: int, r2: float, offset: int) -> ContextSampler:
+        # pairs_per_walk 1: label context, one pair per "walk"
         return ContextSampler(edges, g.num_nodes, g.labels, g.train_idx, walks, r1, r2, cfg.walk_length,
-                              cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk, exclude=exclude)
+                              cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk, exclude=exclude,
+                              all_pairs=cfg.all_pairs and pairs_per_walk > 1)
 
     ctx_params = PlanetoidModel.context_parameters
     ctx_obj = GraphContextObjective(cfg.context_loss)
-    graph_pairs = cfg.context_batch * cfg.pairs_per_walk
+    per_walk = len(window_pairs(cfg.walk_length, cfg.window)[0]) if cfg.all_pairs else cfg.pairs_per_walk
+    graph_pairs = cfg.context_batch * per_walk
     init = []
     if cfg.init_label_steps > 0:
         term = Term(ctx_obj, sampler(cfg.label_context_batch, 1, 0.0, 1))

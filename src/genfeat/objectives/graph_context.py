@@ -19,6 +19,18 @@ from ..errors import DataError
 from ..framework.objective import LossOutput, Objective
 
 
+def window_pairs(walk_length: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (l, m) of walk positions with 1 <= |l − m| <= d, in a fixed order: the
+    released code's enumeration of a walk's context pairs, less its self-pairs l = m.
+
+    Returns:
+        (positions, context positions), each (2·Σ_{k=1..d} (q − k),) int64.
+    """
+    pos, other = np.nonzero(np.abs(np.subtract.outer(np.arange(walk_length), np.arange(walk_length))) <= window)
+    keep = pos != other
+    return pos[keep].astype(np.int64), other[keep].astype(np.int64)
+
+
 class ContextSampler:
     """Endless, resumable stream of context batches (thesis Algorithm 2), vectorised.
 
@@ -29,7 +41,9 @@ class ContextSampler:
         labelled: node ids whose labels may be used for label context.
         batch_size: random walks per batch N2 (default 200); every walk yields ``pairs_per_walk`` pairs,
             as the original code draws all window pairs of its walks, so a batch holds N2·pairs_per_walk pairs.
-        pairs_per_walk: context pairs drawn from each walk (default 10).
+        pairs_per_walk: context pairs drawn from each walk (default 10; ignored when ``all_pairs``).
+        all_pairs: take every pair of :func:`window_pairs` from each walk, as the released code does,
+            instead of drawing pairs_per_walk at random positions (default False).
         r1: probability that a pair is positive, γ = +1 (default 5/6); negatives corrupt c uniformly.
         r2: probability that a pair comes from graph context rather than label context (default 5/6).
         walk_length: q (default 10).
@@ -45,7 +59,7 @@ class ContextSampler:
     def __init__(self, edges: np.ndarray, num_nodes: int, labels: np.ndarray | None = None,
                  labelled: np.ndarray | None = None, batch_size: int = 200, r1: float = 5 / 6, r2: float = 5 / 6,
                  walk_length: int = 10, window: int = 3, seed: int = 0, pairs_per_walk: int = 10,
-                 exclude: np.ndarray | None = None):
+                 exclude: np.ndarray | None = None, all_pairs: bool = False):
         if len(edges) == 0:
             raise DataError("the graph has no edges, so there is no graph context to sample",
                             "use a graph with edges (or r2 = 0 to sample label context only)")
@@ -60,6 +74,9 @@ class ContextSampler:
         self.batch_size, self.r1, self.r2, self.q, self.d = batch_size, r1, r2, walk_length, window
         self.seed = seed
         self.pairs_per_walk = pairs_per_walk
+        self.window_pairs = window_pairs(self.q, self.d) if all_pairs else None
+        if all_pairs:
+            self.pairs_per_walk = len(self.window_pairs[0])
         self.calls = 0
         self.excluded = None
         if exclude is not None and len(exclude) > 0:
@@ -102,9 +119,12 @@ class ContextSampler:
         n_walks = -(-m // self.pairs_per_walk)
         walks = self.random_walks(self.starts[rng.integers(0, len(self.starts), n_walks)], rng)
         rows = np.repeat(np.arange(n_walks), self.pairs_per_walk)[:m]
-        pos = rng.integers(0, self.q, m)
-        off = rng.integers(1, self.d + 1, m)
-        other = np.where(pos + off < self.q, pos + off, pos - off)
+        if self.window_pairs is not None:
+            pos, other = (np.tile(a, n_walks)[:m] for a in self.window_pairs)
+        else:
+            pos = rng.integers(0, self.q, m)
+            off = rng.integers(1, self.d + 1, m)
+            other = np.where(pos + off < self.q, pos + off, pos - off)
         return walks[rows, pos], walks[rows, other]
 
     def _label_pairs(self, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
