@@ -57,9 +57,23 @@ def rel_shift(scores: Tensor, klen: int, offset: int) -> Tensor:
     return scores.as_strided((*lead, t, klen), strides, scores.storage_offset() + offset)
 
 
+def _mask_terms(mask: Tensor | None, dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
+    """A boolean mask (True = blocked) as an additive term (0 / -1e30) and a factor (1 / 0) in ``dtype``.
+
+    Broadcast arithmetic with a float [t, k] mask is about ten times faster on CPU than
+    ``masked_fill_`` with a broadcast boolean one (measured: 0.1 vs 1 ms per 1M scores, 1 thread).
+    """
+    if mask is None:
+        return None, None
+    blocked = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, -1e30)
+    return blocked, (~mask).to(dtype)
+
+
 def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor | None, bias: Tensor | None,
-                mask: Tensor | None, offset: int, scale: float) -> Tensor:
-    """Masked, scaled scores [h, b, t, k] of Eq. 2.3 in at least fp32 (qu, qw already scaled)."""
+                blocked: Tensor | None, offset: int, scale: float) -> Tensor:
+    """Masked, scaled scores [h, b, t, k] of Eq. 2.3 in at least fp32 (qu, qw already scaled).
+
+    ``blocked`` is the additive mask of ``_mask_terms``: blocked entries end at about -1e30."""
     h, b, t, e = qw.shape
     acc = accumulation_dtype(k.dtype)
     score = torch.matmul(qu, k.transpose(-1, -2)).to(acc)                      # (a) + (c)
@@ -69,22 +83,23 @@ def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor |
     score.add_(rel_shift(bd.view(h, b, t, -1), k.shape[2], offset))
     if bias is not None:
         score.add_(bias, alpha=scale)
-    if mask is not None:
-        score.masked_fill_(mask, torch.finfo(score.dtype).min)
+    if blocked is not None:
+        score.add_(blocked)
     return score
 
 
-def _probabilities_(x: Tensor, mask: Tensor | None) -> Tensor:
+def _probabilities_(x: Tensor, allowed: Tensor | None) -> Tensor:
     """exp in place of non-positive log-probabilities [h, b, t, k], with blocked entries set to exactly 0.
 
     torch's vectorised CPU exp takes a slow path, 4-10× slower, for arguments whose result is not
     a normal float (below about -87.3), which is every blocked entry; flooring at -87 keeps exp on
     the fast path (allowed entries that far below the row maximum get 1.6e-38 instead of less).
-    Blocked entries are then zeroed: leaving them at 1.6e-38 would put denormal numbers into the
-    following matrix products, which Intel CPUs execute many times slower.
+    Blocked entries are then zeroed (times the 0/1 factor ``allowed`` of ``_mask_terms``): leaving
+    them at 1.6e-38 would put denormal numbers into the following matrix products, which Intel
+    CPUs execute many times slower.
     """
     x.clamp_min_(-87.0).exp_()
-    return x if mask is None else x.masked_fill_(mask, 0.0)
+    return x if allowed is None else x.mul_(allowed)
 
 
 class _RelativeAttentionCore(torch.autograd.Function):
@@ -100,10 +115,11 @@ class _RelativeAttentionCore(torch.autograd.Function):
     def forward(ctx, q, u, w, k, v, r, pos_bias, bias, mask, offset, scale, p_drop):
         with torch.autocast(q.device.type, enabled=False):
             qu, qw = _biased_queries(q, u, w, scale, k.dtype)
-            score = _rel_scores(qu, qw, k, r, pos_bias, bias, mask, offset, scale)
+            blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
+            score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale)
             # softmax in place: one exp pass, no temporaries (logsumexp would exponentiate a copy)
             top = score.amax(-1, keepdim=True)
-            prob = _probabilities_(score.sub_(top), mask)
+            prob = _probabilities_(score.sub_(top), allowed)
             # a query with every key blocked attends to nothing (zero output, zero gradients)
             total = prob.sum(-1, keepdim=True).clamp_min_(torch.finfo(prob.dtype).tiny)
             prob.div_(total)
@@ -113,17 +129,17 @@ class _RelativeAttentionCore(torch.autograd.Function):
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
                 prob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
             out = torch.matmul(prob.to(v.dtype), v)                              # [h, b, t, e]
-        ctx.save_for_backward(q, u, w, k, v, r, pos_bias, bias, mask, lse, keep)
+        ctx.save_for_backward(q, u, w, k, v, r, pos_bias, bias, blocked, allowed, lse, keep)
         ctx.offset, ctx.scale, ctx.p_drop = offset, scale, p_drop
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, u, w, k, v, r, pos_bias, bias, mask, lse, keep = ctx.saved_tensors
+        q, u, w, k, v, r, pos_bias, bias, blocked, allowed, lse, keep = ctx.saved_tensors
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
         qu, qw = _biased_queries(q, u, w, scale, k.dtype)
-        prob = _probabilities_(_rel_scores(qu, qw, k, r, pos_bias, bias, mask, ctx.offset, scale).sub_(lse), mask)
+        prob = _probabilities_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale).sub_(lse), allowed)
         dout = dout.to(v.dtype)
         dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
         if keep is not None:
