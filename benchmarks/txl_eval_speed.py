@@ -9,10 +9,13 @@ Both sides are the same network (4 layers, d_model 256, 4 heads, d_inner 1024, v
   token costs one position of computation over the memory (fast cached evaluation: the memory's
   keys, values and relative encodings are reused from the previous segment, ``model.new_cache()``).
 
+The XL side is also timed without the cache (``xl_uncached_ms_per_token_L``: memory reused, but
+its keys, values and encodings re-projected every segment), to show what the cache adds.
+
 Time per predicted token is measured after warm-up (the memory full) on 2 threads, batch 1;
 the vanilla side is timed on fewer tokens since each costs a full pass. ``--device cuda`` runs both
 sides on the GPU, timed between device synchronisations. Last stdout line: JSON with
-speedup_640, speedup_800, speedup_1600 and the per-token milliseconds.
+speedup_640, speedup_800, speedup_1600 (with the cache) and the per-token milliseconds.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ def _sync(t: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def xl_ms_per_token(model, tokens: torch.Tensor, length: int) -> float:
+def xl_ms_per_token(model, tokens: torch.Tensor, length: int, cached: bool = True) -> float:
     mem_len = length - SEG
-    mems, cache = None, model.new_cache()
+    mems, cache = None, model.new_cache() if cached else None
     warm = (mem_len + SEG - 1) // SEG + 1  # fill the memory before timing
     for i in range(warm):
         x = tokens[:, i * SEG:(i + 1) * SEG]
@@ -83,6 +86,7 @@ def main() -> None:
         xl = xl_ms_per_token(model, tokens, length)
         vanilla = vanilla_ms_per_token(model, tokens, length)
         result[f"xl_ms_per_token_{length}"] = xl
+        result[f"xl_uncached_ms_per_token_{length}"] = xl_ms_per_token(model, tokens, length, cached=False)
         result[f"vanilla_ms_per_token_{length}"] = vanilla
         result[f"speedup_{length}"] = vanilla / xl
     result.update({"segment": SEG, "threads": torch.get_num_threads(), "torch": torch.__version__,
