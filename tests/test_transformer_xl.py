@@ -117,6 +117,20 @@ def test_memory_keeps_the_last_mem_len_layer_inputs():
             causal_mask(8, 6, x.device), (model.r_w_bias, model.r_r_bias))[:, -6:])
 
 
+@pytest.mark.parametrize("mem_len, ext_len", [(10, 0), (6, 0), (3, 0), (10, 2), (3, 1)])
+def test_memory_window_over_segments(mem_len, ext_len):
+    # The memory is the last mem_len layer inputs of the positions kept so far: every segment's
+    # positions except its last ext_len, across segment boundaries (shorter while the run is young).
+    model = tiny(mem_len=mem_len, ext_len=ext_len)
+    x, y = data(t=20)
+    kept, mems = [], None
+    with torch.no_grad():
+        for lo in range(0, 20, 5):
+            mems = model(x[:, lo:lo + 5], mems=mems, labels=y[:, lo:lo + 5]).mems
+            kept.append(model.word_emb(x[:, lo:lo + 5 - ext_len]))
+            torch.testing.assert_close(mems[0], torch.cat(kept, 1)[:, -mem_len:])
+
+
 @pytest.mark.parametrize("cutoffs, div_val, d_embed", [([], 1, 32), ([20, 50], 1, 16), ([20, 50], 2, 32), ([30], 4, 64)])
 def test_adaptive_softmax_normalises_and_gathers(cutoffs, div_val, d_embed):
     model = tiny(cutoffs=cutoffs, div_val=div_val, d_embed=d_embed)
