@@ -74,6 +74,15 @@ def test_checksum_mismatch_and_missing_file(tmp_path, monkeypatch):
     assert not (bad / "ptb.valid.txt").exists(), "a download that fails verification must not be kept"
 
 
+def test_sha1_is_checked_where_no_sha256_is_published(tmp_path, monkeypatch):
+    # WikiText-103 declares SHA-1s only: a wrong file must still be caught, naming the algorithm.
+    (tmp_path / "wikitext-103").mkdir()
+    (tmp_path / "wikitext-103" / "wiki.valid.tokens").write_text(" = Not WikiText = \n")
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    with pytest.raises(DataError, match=r"checksum mismatch for '.*wiki.valid.tokens': expected sha1 c326ac59"):
+        registry.resolve("wikitext103", "valid")
+
+
 def test_npy_and_text_files(tmp_path):
     ids = np.array([3, 1, 4, 1, 5], dtype=np.int32)
     np.save(tmp_path / "ids.npy", ids)

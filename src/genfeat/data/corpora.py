@@ -46,9 +46,10 @@ register(DatasetSpec("ptb_char", {
                      "fb08d32459ae16765e0c5061c2cb25c858f0e242420b1d39390ef6d33abd4f1a"),
 }, citation="Mikolov et al. 2012 (character-level PTB)"))
 register(DatasetSpec("wikitext2", {
-    # sha256 of the train file is not known here; valid/test are from shared/data's PROVENANCE.
+    # valid/test: sha256 from shared/data's PROVENANCE. No sha256 of the train file is published;
+    # its SHA-1 is the one in gluon-nlp's WikiText registry, whose valid/test SHA-1s match those files.
     "train": FileSpec("wikitext-2/wiki.train.tokens", f"{_WT}/wikitext-2-v1.zip", None,
-                      archive_member="wikitext-2/wiki.train.tokens"),
+                      archive_member="wikitext-2/wiki.train.tokens", sha1="863f29c46ef9d167fff4940ec821195882fe29d1"),
     "valid": FileSpec("wikitext-2/wiki.valid.tokens", f"{_WT}/wikitext-2-v1.zip",
                       "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
                       archive_member="wikitext-2/wiki.valid.tokens"),
@@ -58,9 +59,11 @@ register(DatasetSpec("wikitext2", {
 }, citation="Merity et al. 2016"))
 register(DatasetSpec("wikitext103", {
     split: FileSpec(f"wikitext-103/wiki.{split}.tokens", f"{_WT}/wikitext-103-v1.zip", None,
-                    archive_member=f"wikitext-103/wiki.{split}.tokens")
-    for split in ("train", "valid", "test")
-}, citation="Merity et al. 2016", note="checksums not known here; verify against the official archive"))
+                    archive_member=f"wikitext-103/wiki.{split}.tokens", sha1=sha1)
+    for split, sha1 in (("train", "b7497e2dfe77e72cfef5e3dbc61b7b53712ac211"),
+                        ("valid", "c326ac59dc587676d58c422eb8a03e119582f92b"),
+                        ("test", "8a5befc548865cec54ed4273cf87dbbad60d1e47"))
+}, citation="Merity et al. 2016", note="SHA-1s from gluon-nlp's registry (no sha256 is published)"))
 register(DatasetSpec("tinyshakespeare", {
     "all": FileSpec("tinyshakespeare/input.txt",
                     "https://raw.githubusercontent.com/karpathy/char-rnn/6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/"
@@ -68,13 +71,15 @@ register(DatasetSpec("tinyshakespeare", {
                     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", size=1115394),
 }, citation="Karpathy 2015 (char-rnn)"))
 register(DatasetSpec("enwik8", {
-    "all": FileSpec("enwik8/enwik8", "http://mattmahoney.net/dc/enwik8.zip", None, archive_member="enwik8",
+    "all": FileSpec("enwik8/enwik8", "http://mattmahoney.net/dc/enwik8.zip",
+                    "2b49720ec4d78c3c9fabaee6e4179a5e997302b3a70029f30f2d582218c024a8", archive_member="enwik8",
                     size=100_000_000),
-}, citation="Hutter Prize (Mahoney 2011)", note="sha256 not known here; the size is checked"))
+}, citation="Hutter Prize (Mahoney 2011)"))
 register(DatasetSpec("text8", {
-    "all": FileSpec("text8/text8", "http://mattmahoney.net/dc/text8.zip", None, archive_member="text8",
+    "all": FileSpec("text8/text8", "http://mattmahoney.net/dc/text8.zip",
+                    "6e890197040d37d85beb962ae1f041ff1d9a9ca8d20c7d99c85027eebf51dca7", archive_member="text8",
                     size=100_000_000),
-}, citation="Mahoney 2011", note="sha256 not known here; the size is checked"))
+}, citation="Mahoney 2011"))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ class FileSpec:
         sha256: expected checksum of the file itself (None: not known here; ``size`` is checked).
         size: expected size in bytes, checked when given.
         archive_member: member to extract when ``url`` is a zip archive.
+        sha1: the file's SHA-1, checked instead when no sha256 is published (WikiText's files).
     """
 
     relpath: str
@@ -36,6 +37,7 @@ class FileSpec:
     sha256: str | None
     size: int | None = None
     archive_member: str | None = None
+    sha1: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,8 @@ def data_root() -> Path:
     return Path(os.environ.get("GENFEAT_DATA") or Path.home() / ".cache" / "genfeat").expanduser()
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
+def digest_of(path: Path, algorithm: str = "sha256") -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
@@ -78,7 +80,7 @@ def sha256_of(path: Path) -> str:
 
 
 def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
-    """Check the size and sha256 of ``path`` (hashing once per process for an unchanged file).
+    """Check the size and checksum of ``path`` (hashing once per process for an unchanged file).
 
     Args:
         shown: the name to report instead of ``path`` (a download's final name, default ``path``).
@@ -88,14 +90,15 @@ def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
     if spec.size is not None and stat.st_size != spec.size:
         raise DataError(f"'{name}' has {stat.st_size} bytes, expected {spec.size}",
                         f"the file is truncated or another version; delete it and fetch it again from {spec.url}")
-    if spec.sha256 is None:
+    algorithm, expected = ("sha256", spec.sha256) if spec.sha256 else ("sha1", spec.sha1)
+    if expected is None:
         return
     key = (str(path), stat.st_size, stat.st_mtime)
     if key in _VERIFIED:
         return
-    actual = sha256_of(path)
-    if actual != spec.sha256:
-        raise DataError(f"checksum mismatch for '{name}': expected sha256 {spec.sha256}, got {actual}",
+    actual = digest_of(path, algorithm)
+    if actual != expected:
+        raise DataError(f"checksum mismatch for '{name}': expected {algorithm} {expected}, got {actual}",
                         f"the file is corrupt or another version; delete it so genfeat downloads it from {spec.url}, "
                         f"or replace it with the canonical file")
     _VERIFIED.add(key)
