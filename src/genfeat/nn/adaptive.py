@@ -55,10 +55,14 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
         head_b = torch.cat([bias[:s], cluster_bias]) if has_clusters else bias[:s]
 
         def log_prob_and_probs(x: Tensor, w: Tensor, b: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
+            # softmax in place on the logits' own buffer: one exp pass, no logsumexp temporaries
             z = torch.addmm(b.to(dt), x, w.to(dt).t()).to(acc)  # [n_i, V_i]
-            lse = z.logsumexp(-1, keepdim=True)
-            lp = z.gather(1, col[:, None]).sub_(lse).squeeze(1)
-            return lp, z.sub_(lse).exp_()
+            picked = z.gather(1, col[:, None])
+            top = z.amax(-1, keepdim=True)
+            probs = z.sub_(top).exp_()
+            total = probs.sum(-1, keepdim=True)
+            lse = total.log().add_(top)
+            return picked.sub_(lse).squeeze(1), probs.div_(total)
 
         with torch.autocast(hidden.device.type, enabled=False):
             h = hidden.to(dt)

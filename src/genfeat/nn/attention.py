@@ -105,14 +105,17 @@ def _probabilities_(x: Tensor, allowed: Tensor | None) -> Tensor:
 class _RelativeAttentionCore(torch.autograd.Function):
     """softmax(scale * (A^rel + bias), masked) · v with a hand-written backward (Eq. 2.3).
 
-    Saves q, k, v, r and the rows' log-sum-exp; the [t, k] probabilities are recomputed in
+    Keys and values come stacked as one kv [2, h, b, k, e] so that their gradient is written
+    into one buffer (separate inputs would be stacked again by autograd's unbind backward).
+    Saves q, kv, r and the rows' log-sum-exp; the [t, k] probabilities are recomputed in
     backward rather than stored, and the distance realignment is a strided view in both passes.
     Inputs use the head-major layout [h, b, ...] so one matmul per head covers the whole batch
     for the position terms and a [b, t, k] mask broadcasts over heads.
     """
 
     @staticmethod
-    def forward(ctx, q, u, w, k, v, r, pos_bias, bias, mask, offset, scale, p_drop):
+    def forward(ctx, q, u, w, kv, r, pos_bias, bias, mask, offset, scale, p_drop):
+        k, v = kv.unbind(0)
         with torch.autocast(q.device.type, enabled=False):
             qu, qw = _biased_queries(q, u, w, scale, k.dtype)
             blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
@@ -129,13 +132,15 @@ class _RelativeAttentionCore(torch.autograd.Function):
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
                 prob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
             out = torch.matmul(prob.to(v.dtype), v)                              # [h, b, t, e]
-        ctx.save_for_backward(q, u, w, k, v, r, pos_bias, bias, blocked, allowed, lse, keep)
+        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep)
         ctx.offset, ctx.scale, ctx.p_drop = offset, scale, p_drop
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, u, w, k, v, r, pos_bias, bias, blocked, allowed, lse, keep = ctx.saved_tensors
+        q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep = ctx.saved_tensors
+        k, v = kv.unbind(0)
+        dkv = torch.empty_like(kv)
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
         qu, qw = _biased_queries(q, u, w, scale, k.dtype)
@@ -144,16 +149,16 @@ class _RelativeAttentionCore(torch.autograd.Function):
         dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
         if keep is not None:
             dprob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
-            dv = torch.matmul((prob * keep).mul_(1.0 / (1.0 - p_drop)).to(v.dtype).transpose(-1, -2), dout)
+            torch.matmul((prob * keep).mul_(1.0 / (1.0 - p_drop)).to(v.dtype).transpose(-1, -2), dout, out=dkv[1])
         else:
-            dv = torch.matmul(prob.to(v.dtype).transpose(-1, -2), dout)
+            torch.matmul(prob.to(v.dtype).transpose(-1, -2), dout, out=dkv[1])
         # Softmax backward in place: dscore = p * (dprob - <dprob, p>); blocked entries have p = 0.
         row = torch.matmul(dprob.unsqueeze(-2), prob.unsqueeze(-1)).squeeze(-1)
         dscore = dprob.sub_(row).mul_(prob)
         del prob
         ds = dscore.to(k.dtype)
         dqu = torch.matmul(ds, k)
-        dk = torch.matmul(ds.transpose(-1, -2), qu)
+        torch.matmul(ds.transpose(-1, -2), qu, out=dkv[0])
         # Scatter the key-indexed gradient back to distances through the same strided view. Rows
         # overlap only in entries that read a neighbouring row, whose gradient is zero (masked).
         p = r.shape[1]
@@ -171,18 +176,18 @@ class _RelativeAttentionCore(torch.autograd.Function):
         dq = (dqu + dqw).mul_(scale)
         du = dqu.sum((1, 2)).mul_(scale).to(u.dtype) if u is not None and ctx.needs_input_grad[1] else None
         dw = dqw.sum((1, 2)).mul_(scale).to(w.dtype) if w is not None and ctx.needs_input_grad[2] else None
-        dpos = dbd.sum(1).mul_(scale).to(pos_bias.dtype) if pos_bias is not None and ctx.needs_input_grad[6] else None
-        dbias = dscore.mul_(scale).to(bias.dtype) if bias is not None and ctx.needs_input_grad[7] else None
-        return dq.to(q.dtype), du, dw, dk.to(k.dtype), dv.to(v.dtype), dr.to(r.dtype), dpos, dbias, None, None, None, None
+        dpos = dbd.sum(1).mul_(scale).to(pos_bias.dtype) if pos_bias is not None and ctx.needs_input_grad[5] else None
+        dbias = dscore.mul_(scale).to(bias.dtype) if bias is not None and ctx.needs_input_grad[6] else None
+        return dq.to(q.dtype), du, dw, dkv, dr.to(r.dtype), dpos, dbias, None, None, None, None
 
 
 def _biased_queries(q: Tensor, u: Tensor | None, w: Tensor | None, scale: float, dtype) -> tuple[Tensor, Tensor]:
     """(q + u) * scale and (q + w) * scale in ``dtype``; q [h, b, t, e], u and w [h, e] or None."""
     acc = accumulation_dtype(q.dtype)
     qa = q.to(acc)
-    qu = qa if u is None else qa + u.to(acc)[:, None, None, :]
-    qw = qa if w is None else qa + w.to(acc)[:, None, None, :]
-    return (qu * scale).to(dtype), (qw * scale).to(dtype)
+    qu = qa * scale if u is None else (qa + u.to(acc)[:, None, None, :]).mul_(scale)
+    qw = qa * scale if w is None else (qa + w.to(acc)[:, None, None, :]).mul_(scale)
+    return qu.to(dtype), qw.to(dtype)
 
 
 def causal_mask(t: int, m: int, device, same_length: bool = False, mem_len: int | None = None) -> Tensor:
@@ -300,7 +305,8 @@ class RelativeMultiHeadAttention(nn.Module):
         heads, e = self.n_head, self.d_head
         w_q, w_kv = self.qkv.weight.split([heads * e, 2 * heads * e])
         if query is None:
-            query = h[:, n - (mask.shape[-2] if mask is not None else n):]
+            t = mask.shape[-2] if mask is not None else n
+            query = h if t == n else h[:, n - t:]  # (a full slice would cost a zero-filled gradient)
         t = query.shape[1]
         reuse = False
         if cache is not None:
@@ -319,7 +325,6 @@ class RelativeMultiHeadAttention(nn.Module):
             kv = project_kv(h).contiguous()                                          # [2, h, b, k, e]
         if cache is not None:
             cache.kv = kv
-        k, v = kv.unbind(0)
         q = F.linear(query, w_q).view(b, t, heads, e).permute(2, 0, 1, 3).contiguous()   # [h, b, t, e]
         if self.kind == "relative":
             if cache is not None and cache.pos is not None and cache.pos.shape == pos.shape and torch.equal(cache.pos, pos):
@@ -338,7 +343,7 @@ class RelativeMultiHeadAttention(nn.Module):
             bias = torch.einsum("hbts,btks->hbtk", ef, seg_mat.to(ef.dtype))
         offset = (pos.shape[0] - 1 if pos_max is None else pos_max) - (klen - t)
         p_drop = self.dropatt.p if self.training else 0.0
-        out = _RelativeAttentionCore.apply(q, u, w, k, v, r, pos_bias, bias, mask, offset, self.scale, p_drop)
+        out = _RelativeAttentionCore.apply(q, u, w, kv, r, pos_bias, bias, mask, offset, self.scale, p_drop)
         return self.out(out.permute(1, 2, 0, 3).reshape(b, t, heads * e))
 
 
