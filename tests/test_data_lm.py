@@ -83,6 +83,16 @@ def test_sha1_is_checked_where_no_sha256_is_published(tmp_path, monkeypatch):
         registry.resolve("wikitext103", "valid")
 
 
+def test_git_blob_id_is_checked_for_ptb_char_train(tmp_path, monkeypatch):
+    (tmp_path / "hello").write_bytes(b"hello\n")
+    assert registry.digest_of(tmp_path / "hello", "git-blob") == "ce013625030ba8dba906f756967f9e9ca394464a"  # git hash-object
+    (tmp_path / "ptb" / "char").mkdir(parents=True)
+    (tmp_path / "ptb" / "char" / "ptb.char.train.txt").write_text("a b c _ d e\n")
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    with pytest.raises(DataError, match=r"ptb.char.train.txt': expected git-blob 250edea8"):
+        registry.resolve("ptb_char", "train")
+
+
 def test_npy_and_text_files(tmp_path):
     ids = np.array([3, 1, 4, 1, 5], dtype=np.int32)
     np.save(tmp_path / "ids.npy", ids)

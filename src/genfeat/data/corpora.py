@@ -38,8 +38,10 @@ register(DatasetSpec("ptb", {
                      "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0"),
 }, citation="Marcus et al. 1993; Mikolov et al. 2010"))
 register(DatasetSpec("ptb_char", {
-    # The train file's checksum is not established (see shared/data/ptb/PROVENANCE.md); its size is.
-    "train": FileSpec("ptb/char/ptb.char.train.txt", f"{_IBERT}/train.txt", None),
+    # No sha256 of the train file is established; its git blob id in the source repository is
+    # (shared/data/ptb/PROVENANCE.md).
+    "train": FileSpec("ptb/char/ptb.char.train.txt", f"{_IBERT}/train.txt", None,
+                      git_blob="250edea87b929888cdefd85706d627ee8d5040e3"),
     "valid": FileSpec("ptb/char/ptb.char.valid.txt", f"{_IBERT}/valid.txt",
                       "cdca03fd3666ab2d7f04ca7475b5f86d8a250cd1d7ab5e79007d5426819b1182"),
     "test": FileSpec("ptb/char/ptb.char.test.txt", f"{_IBERT}/test.txt",

@@ -30,6 +30,8 @@ class FileSpec:
         size: expected size in bytes, checked when given.
         archive_member: member to extract when ``url`` is a zip archive.
         sha1: the file's SHA-1, checked instead when no sha256 is published (WikiText's files).
+        git_blob: the file's git blob id (SHA-1 of ``blob <size>\0`` + content), checked when only
+            the id of the file in a public repository is known.
     """
 
     relpath: str
@@ -38,6 +40,7 @@ class FileSpec:
     size: int | None = None
     archive_member: str | None = None
     sha1: str | None = None
+    git_blob: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,11 @@ def data_root() -> Path:
 
 
 def digest_of(path: Path, algorithm: str = "sha256") -> str:
-    h = hashlib.new(algorithm)
+    """Hex digest of a file: ``sha256``, ``sha1`` or ``git-blob`` (git's object id of the file)."""
+    if algorithm == "git-blob":
+        h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    else:
+        h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
@@ -90,7 +97,8 @@ def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
     if spec.size is not None and stat.st_size != spec.size:
         raise DataError(f"'{name}' has {stat.st_size} bytes, expected {spec.size}",
                         f"the file is truncated or another version; delete it and fetch it again from {spec.url}")
-    algorithm, expected = ("sha256", spec.sha256) if spec.sha256 else ("sha1", spec.sha1)
+    algorithm, expected = next(((a, v) for a, v in (("sha256", spec.sha256), ("sha1", spec.sha1),
+                                                      ("git-blob", spec.git_blob)) if v), (None, None))
     if expected is None:
         return
     key = (str(path), stat.st_size, stat.st_mtime)
