@@ -314,18 +314,23 @@ class RelativeMultiHeadAttention(nn.Module):
                 raise RuntimeError("a ProjectionCache is for evaluation: call under torch.no_grad()")
             reuse = cache.holds(mem)
 
-        def project_kv(x: Tensor) -> Tensor:  # [b, n', d] -> [2, h, b, n', e] (a strided view)
-            return F.linear(x, w_kv).view(b, x.shape[1], 2, heads, e).permute(2, 3, 0, 1, 4)
+        def heads_kv(x: Tensor) -> Tensor:  # [b, n', 2he] -> [2, h, b, n', e] (a strided view)
+            return x.view(b, x.shape[1], 2, heads, e).permute(2, 3, 0, 1, 4)
 
-        if reuse:
-            kv = torch.cat([cache.kv, project_kv(h)], 3)
-        elif m:
-            kv = torch.cat([project_kv(mem), project_kv(h)], 3)
+        if query is h:
+            # queries, keys and values of the segment from one product with the whole weight
+            q, kv_h = F.linear(h, self.qkv.weight).split([heads * e, 2 * heads * e], -1)
         else:
-            kv = project_kv(h).contiguous()                                          # [2, h, b, k, e]
+            q, kv_h = F.linear(query, w_q), F.linear(h, w_kv)
+        if reuse:
+            kv = torch.cat([cache.kv, heads_kv(kv_h)], 3)
+        elif m:
+            kv = torch.cat([heads_kv(F.linear(mem, w_kv)), heads_kv(kv_h)], 3)
+        else:
+            kv = heads_kv(kv_h).contiguous()                                          # [2, h, b, k, e]
         if cache is not None:
             cache.kv = kv
-        q = F.linear(query, w_q).view(b, t, heads, e).permute(2, 0, 1, 3).contiguous()   # [h, b, t, e]
+        q = q.reshape(b, t, heads, e).permute(2, 0, 1, 3).contiguous()                 # [h, b, t, e]
         if self.kind == "relative":
             if cache is not None and cache.pos is not None and cache.pos.shape == pos.shape and torch.equal(cache.pos, pos):
                 r = cache.r
