@@ -26,7 +26,8 @@ class FileSpec:
     Attributes:
         relpath: path under the data root (the canonical layout).
         url: where to download it (or the archive holding it).
-        sha256: expected checksum of the file itself (None: not known here; ``size`` is checked).
+        sha256: expected checksum of the file itself (None: none published; then ``sha1`` or
+            ``git_blob`` is checked if given, and ``size`` always when given).
         size: expected size in bytes, checked when given.
         archive_member: member to extract when ``url`` is a zip archive.
         sha1: the file's SHA-1, checked instead when no sha256 is published (WikiText's files).

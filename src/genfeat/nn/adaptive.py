@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .precision import accumulation_dtype, compute_dtype
+from .softmax import softmax_
 
 
 def _mm_into(dst: Tensor, a: Tensor, b: Tensor) -> None:
@@ -55,14 +56,10 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
         head_b = torch.cat([bias[:s], cluster_bias]) if has_clusters else bias[:s]
 
         def log_prob_and_probs(x: Tensor, w: Tensor, b: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
-            # softmax in place on the logits' own buffer: one exp pass, no logsumexp temporaries
             z = torch.addmm(b.to(dt), x, w.to(dt).t()).to(acc)  # [n_i, V_i]
             picked = z.gather(1, col[:, None])
-            top = z.amax(-1, keepdim=True)
-            probs = z.sub_(top).exp_()
-            total = probs.sum(-1, keepdim=True)
-            lse = total.log().add_(top)
-            return picked.sub_(lse).squeeze(1), probs.div_(total)
+            probs, lse = softmax_(z)  # in place on the logits' own buffer
+            return picked.sub_(lse).squeeze(1), probs
 
         with torch.autocast(hidden.device.type, enabled=False):
             h = hidden.to(dt)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .precision import accumulation_dtype
+from .softmax import exp_floored_, softmax_
 
 
 def sinusoid(pos: Tensor, d: int) -> Tensor:
@@ -88,20 +89,6 @@ def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor |
     return score
 
 
-def _probabilities_(x: Tensor, allowed: Tensor | None) -> Tensor:
-    """exp in place of non-positive log-probabilities [h, b, t, k], with blocked entries set to exactly 0.
-
-    torch's vectorised CPU exp takes a slow path, 4-10× slower, for arguments whose result is not
-    a normal float (below about -87.3), which is every blocked entry; flooring at -87 keeps exp on
-    the fast path (allowed entries that far below the row maximum get 1.6e-38 instead of less).
-    Blocked entries are then zeroed (times the 0/1 factor ``allowed`` of ``_mask_terms``): leaving
-    them at 1.6e-38 would put denormal numbers into the following matrix products, which Intel
-    CPUs execute many times slower.
-    """
-    x.clamp_min_(-87.0).exp_()
-    return x if allowed is None else x.mul_(allowed)
-
-
 class _RelativeAttentionCore(torch.autograd.Function):
     """softmax(scale * (A^rel + bias), masked) · v with a hand-written backward (Eq. 2.3).
 
@@ -120,13 +107,8 @@ class _RelativeAttentionCore(torch.autograd.Function):
             qu, qw = _biased_queries(q, u, w, scale, k.dtype)
             blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
             score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale)
-            # softmax in place: one exp pass, no temporaries (logsumexp would exponentiate a copy)
-            top = score.amax(-1, keepdim=True)
-            prob = _probabilities_(score.sub_(top), allowed)
             # a query with every key blocked attends to nothing (zero output, zero gradients)
-            total = prob.sum(-1, keepdim=True).clamp_min_(torch.finfo(prob.dtype).tiny)
-            prob.div_(total)
-            lse = total.log_().add_(top)
+            prob, lse = softmax_(score, allowed)
             keep = None
             if p_drop > 0:
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
@@ -144,7 +126,7 @@ class _RelativeAttentionCore(torch.autograd.Function):
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
         qu, qw = _biased_queries(q, u, w, scale, k.dtype)
-        prob = _probabilities_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale).sub_(lse), allowed)
+        prob = exp_floored_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale).sub_(lse), allowed)
         dout = dout.to(v.dtype)
         dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
         if keep is not None:
@@ -263,10 +245,6 @@ class RelativeMultiHeadAttention(nn.Module):
             self.r_bias = nn.Parameter(torch.zeros(max_dist, n_head))
         else:
             raise ValueError(f"unknown relative attention kind {kind!r}")
-
-    def _split(self, x: Tensor) -> Tensor:
-        b, n, _ = x.shape
-        return x.view(b, n, self.n_head, self.d_head).transpose(1, 2)  # [b, h, n, e]
 
     def forward(self, h: Tensor, pos: Tensor, mask: Tensor | None, r_w_bias: Tensor | None = None,
                 r_r_bias: Tensor | None = None, query: Tensor | None = None,

@@ -1,0 +1,34 @@
+"""In-place softmax over the last dim, shared by the fused attention core and the fused adaptive softmax.
+
+Both normalise a freshly computed [.., n] score buffer they own, so the pass can reuse it: one exp,
+no logsumexp temporaries, and the log-normaliser comes back for the backward pass / log-probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def exp_floored_(x: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """exp in place of non-positive log-probabilities, with blocked entries set to exactly 0.
+
+    torch's vectorised CPU exp takes a slow path, 4-10× slower, for arguments whose result is not
+    a normal float (below about -87.3); flooring at -87 keeps exp on the fast path (entries that far
+    below the row maximum get 1.6e-38 instead of less). Blocked entries are then zeroed (times the
+    0/1 factor ``allowed``, broadcast over x): leaving them at 1.6e-38 would put denormal numbers
+    into the following matrix products, which Intel CPUs execute many times slower.
+    """
+    x.clamp_min_(-87.0).exp_()
+    return x if allowed is None else x.mul_(allowed)
+
+
+def softmax_(x: Tensor, allowed: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """softmax of ``x`` over its last dim, in place; returns (x, log-normaliser [.., 1]).
+
+    A row with every entry blocked gets all-zero probabilities (and a finite log-normaliser).
+    """
+    top = x.amax(-1, keepdim=True)
+    prob = exp_floored_(x.sub_(top), allowed)
+    total = prob.sum(-1, keepdim=True).clamp_min_(torch.finfo(prob.dtype).tiny)
+    return prob.div_(total), total.log_().add_(top)
