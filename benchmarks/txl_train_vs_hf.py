@@ -34,6 +34,14 @@ run without it.
 Loss: on the first batch, fp32, same weights, fresh memory (HF given zero-length mems), the mean
 loss of the t-1 positions both score.
 
+Arithmetic bound: each side's matrix-product FLOPs per input token in one training step
+(forward, backward; counted by ``torch.utils.flop_counter.FlopCounterMode`` on one extra warm-up
+step) and this machine's fp32 GEMM rate (the best of large square ``torch.mm`` at the same thread
+count) give ``speedup_upper_bound``: HF's measured time per token divided by the time genfeat's
+matrix products alone would take at that rate. No implementation of the same step can beat HF by
+more than this unless it does fewer multiply-adds or multiplies faster than a large GEMM;
+``genfeat_gemm_efficiency`` is the share of that rate genfeat's step achieves overall.
+
 Last stdout line: JSON with speedup, memory_ratio, loss_abs_diff and the raw figures.
 """
 
@@ -111,6 +119,37 @@ class Side:
         loss.backward()
         self.opt.step()
         return loss.detach()
+
+
+def matmul_flops_per_token(side: Side, x, y) -> float:
+    """Matrix-product FLOPs (2 per multiply-add) of one training step of ``side``, per input token."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        side.step(x, y)
+    return counter.get_total_flops() / x.numel()
+
+
+def gemm_flops_per_s(device: str) -> float:
+    """The best fp32 rate of large square ``torch.mm`` (n = 1024, 2048) on ``device``, in FLOP/s."""
+    best = 0.0
+    for n in (1024, 2048):
+        a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+        c = torch.empty(n, n, device=device)
+        reps = 3 if device == "cpu" else 50
+        for _ in range(2):
+            torch.mm(a, b, out=c)
+        for _ in range(3):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, b, out=c)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0))
+    return best
 
 
 def loss_diff(hf, ours, x, y) -> float:
@@ -201,6 +240,8 @@ def main() -> None:
     for side in (sides["hf"], sides["genfeat"]):
         for x, y in data[:WARMUP]:
             side.step(x, y)
+    flops = {name: matmul_flops_per_token(sides[name], *data[WARMUP - 1]) for name in ("hf", "genfeat")}
+    gemm = gemm_flops_per_s(args.device)
     names = ["hf", "genfeat", "genfeat-rff"]
     rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(ROUNDS):
@@ -225,7 +266,10 @@ def main() -> None:
               "recompute_ff_speedup": statistics.median(rates["genfeat-rff"]) / hf_tps,
               "recompute_ff_memory_ratio": peaks["genfeat-rff"] / peaks["hf"],
               "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
-              "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"], "rounds": ROUNDS, "steps_per_round": round_steps,
+              "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"],
+              "genfeat_matmul_mflop_per_token": flops["genfeat"] / 1e6, "hf_matmul_mflop_per_token": flops["hf"] / 1e6,
+              "gemm_gflop_per_s": gemm / 1e9, "speedup_upper_bound": gemm / flops["genfeat"] / hf_tps,
+              "genfeat_gemm_efficiency": ours_tps * flops["genfeat"] / gemm, "rounds": ROUNDS, "steps_per_round": round_steps,
               "threads": torch.get_num_threads(), "torch": torch.__version__, "device": args.device,
               "precision": args.precision}
     if cuda:
