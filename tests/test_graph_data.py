@@ -41,6 +41,19 @@ def test_published_statistics(name):
 
 
 @needs_data
+@pytest.mark.parametrize("name, entries, duplicates, self_loops", [("cora", 10858, 302, 0), ("citeseer", 9464, 236, 248)])
+def test_listed_edges_keep_the_adjacency_lists_as_the_file_has_them(name, entries, duplicates, self_loops):
+    # the released random walk picks from these lists, duplicates and self loops included
+    g = load_planetoid(name, download=False)
+    listed = g.listed_edges
+    assert len(listed) == entries
+    assert len(listed) - len(np.unique(listed, axis=0)) == duplicates
+    assert int((listed[:, 0] == listed[:, 1]).sum()) == self_loops
+    nonself = np.unique(listed[listed[:, 0] != listed[:, 1]], axis=0)
+    assert np.array_equal(nonself, g.edges)
+
+
+@needs_data
 def test_citeseer_featureless_nodes_are_unlabelled_zero_rows():
     g = load_planetoid("citeseer", download=False)
     empty = np.flatnonzero(np.asarray(g.features.sum(1)).ravel() == 0)

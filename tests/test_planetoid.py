@@ -88,7 +88,9 @@ def test_context_parameters_are_what_the_context_loss_trains(mode):
 
 
 @pytest.mark.parametrize("field, value", [("mode", "x"), ("embedding_size", 0), ("r1", 0.0), ("r2", 1.5),
-                                          ("dropout", 1.0), ("steps", -1), ("window", 0), ("context_loss", "nce")])
+                                          ("dropout", 1.0), ("steps", -1), ("window", 0), ("context_loss", "nce"),
+                                          ("walk_starts", "sorted"), ("walk_neighbours", "all"),
+                                          ("self_pairs", True)])
 def test_recipe_rejects_bad_values(field, value):
     from genfeat.methods.planetoid import PlanetoidRecipe
 

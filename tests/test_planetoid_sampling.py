@@ -48,6 +48,48 @@ def test_window_pairs_enumerate_the_released_walk_pairs():
     assert set(zip(pos.tolist(), other.tolist())) == {(l, m) for l in range(11) for m in range(11) if 1 <= abs(l - m) <= 3}
 
 
+def test_window_pairs_with_self_pairs_are_the_released_65():
+    pos, other = window_pairs(11, 3, self_pairs=True)
+    assert len(pos) == 65 and ((pos == other).sum()) == 11
+    assert set(zip(pos.tolist(), other.tolist())) == {(l, m) for l in range(11) for m in range(11) if abs(l - m) <= 3}
+
+
+def _walk_starts(sampler, calls):
+    # with all_pairs each walk's block opens with the pair (0, 1), so its first i is the start node
+    per = sampler.pairs_per_walk
+    return [next(sampler)["i"].numpy()[::per].tolist() for _ in range(calls)]
+
+
+def test_permutation_starts_every_node_once_per_pass():
+    # the released gen_graph: walks start at the nodes of a fresh permutation, batch after batch
+    e, _ = _two_paths()
+    s = ContextSampler(e, 24, None, None, batch_size=5, r1=1.0, walk_length=4, window=1, seed=2, all_pairs=True,
+                       walk_starts="permutation")
+    starts = sum(_walk_starts(s, 10), [])
+    assert len(starts) == 50
+    # passes of 24 cross batch boundaries (5 does not divide 24)
+    assert sorted(starts[:24]) == list(range(24)) and sorted(starts[24:48]) == list(range(24))
+    assert starts[:24] != starts[24:48]
+    # the position in the passes depends on the call number only: the stream resumes exactly
+    r = ContextSampler(e, 24, None, None, batch_size=5, r1=1.0, walk_length=4, window=1, seed=2, all_pairs=True,
+                       walk_starts="permutation")
+    r.load_state_dict({"calls": 7})
+    assert _walk_starts(r, 3) == [starts[35:40], starts[40:45], starts[45:50]]
+    uniform = ContextSampler(e, 24, None, None, batch_size=24, r1=1.0, walk_length=4, window=1, seed=2,
+                             all_pairs=True)
+    assert len(set(_walk_starts(uniform, 1)[0])) < 24
+
+
+def test_self_pairs_need_the_enumeration():
+    e, _ = _two_paths()
+    with pytest.raises(ValueError, match="self_pairs needs all_pairs"):
+        ContextSampler(e, 24, self_pairs=True)
+    s = ContextSampler(e, 24, None, None, batch_size=4, r1=1.0, walk_length=5, window=2, all_pairs=True,
+                       self_pairs=True)
+    batch = next(s)
+    assert s.pairs_per_walk == 2 * (4 + 3) + 5 and int((batch["i"] == batch["c"]).sum()) >= 4 * 5
+
+
 def test_all_pairs_takes_every_window_pair_of_each_walk():
     e, _ = _two_paths()
     s = ContextSampler(e, 24, None, None, batch_size=50, r1=1.0, walk_length=6, window=2, seed=0, pairs_per_walk=3,

@@ -116,6 +116,10 @@ class PlanetoidGraph:
         edges: (e, 2) int64 directed edges (both directions of every undirected edge, no self loops).
         train_idx, val_idx, test_idx: node ids of the public split (20 per class / 500 / 1000).
         n_featureless: nodes that appear in the graph but have no feature row (15 for CiteSeer).
+        listed_edges: (e', 2) int64 (node, neighbour) for every entry of the file's adjacency lists,
+            duplicates and self loops kept (Cora lists 302 duplicate entries; CiteSeer 236, and 124
+            nodes as their own neighbour, twice each): the neighbours the released code's random walk
+            chooses from; None when unknown.
     """
 
     name: str
@@ -126,6 +130,7 @@ class PlanetoidGraph:
     val_idx: np.ndarray
     test_idx: np.ndarray
     n_featureless: int = 0
+    listed_edges: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -147,7 +152,9 @@ class PlanetoidGraph:
         return a
 
 
-def _edges_from_adjacency_lists(graph, n_nodes: int, where: str) -> np.ndarray:
+def _edges_from_adjacency_lists(graph, n_nodes: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(listed, edges): every adjacency-list entry as listed, and the symmetric, de-duplicated edges
+    without self loops."""
     src, dst = [], []
     for node, neighbours in graph.items():
         for nb in neighbours:
@@ -161,9 +168,10 @@ def _edges_from_adjacency_lists(graph, n_nodes: int, where: str) -> np.ndarray:
         node = int(e[bad][0])
         raise DataError(f"'{where}': the graph references node {node}, outside the {n_nodes} nodes of the features",
                         "use the graph file that belongs to these feature files")
+    listed = e
     e = e[e[:, 0] != e[:, 1]]
     e = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
-    return e
+    return listed, e
 
 
 def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
@@ -198,7 +206,7 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
     # rows of ally/ty that are all zero (CiteSeer) carry no label
     labels[:n_all][np.asarray(ally).sum(1) == 0] = -1
     labels[test_ids[np.asarray(ty).sum(1) == 0]] = -1
-    edges = _edges_from_adjacency_lists(graph, n_nodes, f"{name} graph")
+    listed, edges = _edges_from_adjacency_lists(graph, n_nodes, f"{name} graph")
     train_idx = np.arange(n_train)
     val_idx = np.arange(n_train, min(n_train + 500, n_all))
     n_classes = y.shape[1]
@@ -207,7 +215,7 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
         raise DataError(f"{name}: class(es) {missing} have no labelled training node",
                         "every class needs at least one labelled node; check the y file")
     return PlanetoidGraph(name, features.tocsr(), labels, edges, train_idx, val_idx, np.sort(test_ids),
-                          n_featureless=int((~has_row).sum()))
+                          n_featureless=int((~has_row).sum()), listed_edges=listed)
 
 
 def load_planetoid(name: str, root: str | Path | None = None, download: bool = True) -> PlanetoidGraph:

@@ -49,6 +49,17 @@ class PlanetoidRecipe:
     """Graph context from every pair of each walk within the window (2·Σ_{k=1..d}(q − k) per walk: 54 for
     q = 11, d = 3), the released code's enumeration less its self-pairs, instead of pairs_per_walk
     pairs drawn at random positions."""
+    self_pairs: bool = False
+    """With all_pairs, also pair each walk position with itself (q more pairs per walk: 65 for q = 11,
+    d = 3), exactly the released code's enumeration."""
+    walk_starts: Literal["uniform", "permutation"] = "uniform"
+    """uniform: each walk starts at a node drawn uniformly with replacement; permutation: the walks
+    start at the nodes of one random permutation after another, each node once per pass, as the
+    released gen_graph does."""
+    walk_neighbours: Literal["unique", "listed"] = "unique"
+    """Neighbour a random walk steps to: uniform over the distinct neighbours of the symmetrised graph
+    (unique), or uniform over the entries of the file's adjacency list, duplicates and self loops
+    included (listed), as the released code's random.choice(graph[k])."""
     label_context_batch: int = 100
     """Label-context pairs per step of the label-context initialisation."""
     r1: float = 5 / 6
@@ -104,6 +115,8 @@ class PlanetoidRecipe:
             raise ValueError(f"r1 must be in (0, 1] and r2 in [0, 1], got r1={self.r1}, r2={self.r2}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.self_pairs and not self.all_pairs:
+            raise ValueError("self_pairs needs all_pairs (self-pairs belong to the released enumeration)")
         if self.walk_length < 2 or self.window < 1:
             raise ValueError(f"walk_length must be >= 2 and window >= 1, got {self.walk_length}, {self.window}")
 
@@ -166,7 +179,7 @@ def build(cfg: PlanetoidRecipe, seed: int):
     model = PlanetoidModel(x, g.num_classes, cfg.mode, cfg.embedding_size, cfg.dropout)
     labels = torch.tensor(g.labels)
     train = torch.tensor(g.train_idx)
-    edges, exclude = g.edges, None
+    edges, exclude = (g.listed_edges if cfg.walk_neighbours == "listed" else g.edges), None
     if cfg.mode == "i":
         # inductive: test nodes never enter a context pair
         exclude = g.test_idx
@@ -180,11 +193,12 @@ def build(cfg: PlanetoidRecipe, seed: int):
         # pairs_per_walk 1: label context, one pair per "walk"
         return ContextSampler(edges, g.num_nodes, g.labels, g.train_idx, walks, r1, r2, cfg.walk_length,
                               cfg.window, seed=seed * 3 + offset, pairs_per_walk=pairs_per_walk, exclude=exclude,
-                              all_pairs=cfg.all_pairs and pairs_per_walk > 1)
+                              all_pairs=cfg.all_pairs and pairs_per_walk > 1,
+                              self_pairs=cfg.self_pairs and pairs_per_walk > 1, walk_starts=cfg.walk_starts)
 
     ctx_params = PlanetoidModel.context_parameters
     ctx_obj = GraphContextObjective(cfg.context_loss)
-    per_walk = len(window_pairs(cfg.walk_length, cfg.window)[0]) if cfg.all_pairs else cfg.pairs_per_walk
+    per_walk = len(window_pairs(cfg.walk_length, cfg.window, cfg.self_pairs)[0]) if cfg.all_pairs else cfg.pairs_per_walk
     graph_pairs = cfg.context_batch * per_walk
     init = []
     if cfg.init_label_steps > 0:

@@ -19,15 +19,19 @@ from ..errors import DataError
 from ..framework.objective import LossOutput, Objective
 
 
-def window_pairs(walk_length: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every ordered pair (l, m) of walk positions with 1 <= |l − m| <= d, in a fixed order: the
-    released code's enumeration of a walk's context pairs, less its self-pairs l = m.
+def window_pairs(walk_length: int, window: int, self_pairs: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (l, m) of walk positions with |l − m| <= d, in a fixed order: the released
+    code's enumeration of a walk's context pairs, with or without its self-pairs l = m.
 
+    Args:
+        walk_length: q.
+        window: d.
+        self_pairs: keep the q pairs (l, l) (default False).
     Returns:
-        (positions, context positions), each (2·Σ_{k=1..d} (q − k),) int64.
+        (positions, context positions), each (2·Σ_{k=1..d} (q − k) [+ q],) int64.
     """
     pos, other = np.nonzero(np.abs(np.subtract.outer(np.arange(walk_length), np.arange(walk_length))) <= window)
-    keep = pos != other
+    keep = np.ones(len(pos), bool) if self_pairs else pos != other
     return pos[keep].astype(np.int64), other[keep].astype(np.int64)
 
 
@@ -44,6 +48,12 @@ class ContextSampler:
         pairs_per_walk: context pairs drawn from each walk (default 10; ignored when ``all_pairs``).
         all_pairs: take every pair of :func:`window_pairs` from each walk, as the released code does,
             instead of drawing pairs_per_walk at random positions (default False).
+        self_pairs: with ``all_pairs``, also the pairs (l, l) of a node with itself, as the released
+            code enumerates them (default False).
+        walk_starts: ``uniform``: each walk starts at a node drawn uniformly (with replacement) from
+            the nodes with a neighbour; ``permutation``: the walks of successive batches start at the
+            nodes of one random permutation of them after another, so every such node starts one walk
+            per pass, as the released ``gen_graph`` does (default ``uniform``).
         r1: probability that a pair is positive, γ = +1 (default 5/6); negatives corrupt c uniformly.
         r2: probability that a pair comes from graph context rather than label context (default 5/6).
         walk_length: q (default 10).
@@ -59,12 +69,17 @@ class ContextSampler:
     def __init__(self, edges: np.ndarray, num_nodes: int, labels: np.ndarray | None = None,
                  labelled: np.ndarray | None = None, batch_size: int = 200, r1: float = 5 / 6, r2: float = 5 / 6,
                  walk_length: int = 10, window: int = 3, seed: int = 0, pairs_per_walk: int = 10,
-                 exclude: np.ndarray | None = None, all_pairs: bool = False):
+                 exclude: np.ndarray | None = None, all_pairs: bool = False, self_pairs: bool = False,
+                 walk_starts: str = "uniform"):
         if len(edges) == 0:
             raise DataError("the graph has no edges, so there is no graph context to sample",
                             "use a graph with edges (or r2 = 0 to sample label context only)")
         if walk_length < 2 or window < 1:
             raise DataError(f"walk_length {walk_length} / window {window} too small", "use q >= 2 and d >= 1")
+        if walk_starts not in ("uniform", "permutation"):
+            raise ValueError(f"walk_starts must be uniform or permutation, got {walk_starts!r}")
+        if self_pairs and not all_pairs:
+            raise ValueError("self_pairs needs all_pairs (self-pairs belong to the released enumeration)")
         order = np.argsort(edges[:, 0], kind="stable")
         self.nbr = edges[order, 1].astype(np.int64)
         self.deg = np.bincount(edges[:, 0], minlength=num_nodes).astype(np.int64)
@@ -74,7 +89,8 @@ class ContextSampler:
         self.batch_size, self.r1, self.r2, self.q, self.d = batch_size, r1, r2, walk_length, window
         self.seed = seed
         self.pairs_per_walk = pairs_per_walk
-        self.window_pairs = window_pairs(self.q, self.d) if all_pairs else None
+        self.walk_starts = walk_starts
+        self.window_pairs = window_pairs(self.q, self.d, self_pairs) if all_pairs else None
         if all_pairs:
             self.pairs_per_walk = len(self.window_pairs[0])
         self.calls = 0
@@ -115,9 +131,23 @@ class ContextSampler:
             walks[:, t] = cur
         return walks
 
-    def _graph_pairs(self, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _walk_starts(self, n_walks: int, call: int, rng: np.random.Generator) -> np.ndarray:
+        if self.walk_starts == "uniform":
+            return self.starts[rng.integers(0, len(self.starts), n_walks)]
+        # call t owns positions t·N2 .. t·N2 + n_walks − 1 of the endless sequence of permutations,
+        # so a batch depends on its call number alone and the stream stays resumable
+        n = len(self.starts)
+        pos = call * self.batch_size + np.arange(n_walks)
+        out = np.empty(n_walks, np.int64)
+        for rnd in np.unique(pos // n):
+            perm = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(int(rnd),))).permutation(n)
+            sel = pos // n == rnd
+            out[sel] = self.starts[perm[pos[sel] % n]]
+        return out
+
+    def _graph_pairs(self, m: int, call: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         n_walks = -(-m // self.pairs_per_walk)
-        walks = self.random_walks(self.starts[rng.integers(0, len(self.starts), n_walks)], rng)
+        walks = self.random_walks(self._walk_starts(n_walks, call, rng), rng)
         rows = np.repeat(np.arange(n_walks), self.pairs_per_walk)[:m]
         if self.window_pairs is not None:
             pos, other = (np.tile(a, n_walks)[:m] for a in self.window_pairs)
@@ -138,14 +168,15 @@ class ContextSampler:
         return i, c
 
     def __next__(self) -> dict[str, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, self.calls])
+        call = self.calls
+        rng = np.random.default_rng([self.seed, call])
         self.calls += 1
         b = self.batch_size * self.pairs_per_walk
         use_graph = rng.random(b) < self.r2 if self.labelled is not None else np.ones(b, bool)
         i = np.empty(b, np.int64)
         c = np.empty(b, np.int64)
         ng = int(use_graph.sum())
-        i[use_graph], c[use_graph] = self._graph_pairs(ng, rng)
+        i[use_graph], c[use_graph] = self._graph_pairs(ng, call, rng)
         if ng < b:
             i[~use_graph], c[~use_graph] = self._label_pairs(b - ng, rng)
         positive = rng.random(b) < self.r1
