@@ -3,6 +3,10 @@
 A writer goes to a temporary file in the destination directory, is flushed and fsynced, and
 then renamed over the destination (``os.replace`` is atomic on POSIX). A kill at any moment
 leaves either the old file or the new one, never a truncated one.
+
+``mkstemp``/``mkdtemp`` create their files private (0600/0700); before the rename they get the
+permissions an ordinary ``open``/``mkdir`` would have given them under the process umask, so
+results, checkpoints and plots stay readable by whoever may read the rest of the output.
 """
 
 from __future__ import annotations
@@ -14,6 +18,19 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+
+def _umask() -> int:
+    """The process umask (it can only be read by setting it, so it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def backup_path(path: str | os.PathLike) -> Path:
+    """Where :func:`atomic_dir` keeps the previous ``path`` while the new one is renamed into place."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.old")
 
 
 @contextmanager
@@ -28,6 +45,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -46,7 +64,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        backup = path.with_name(f".{path.name}.old")
+        os.chmod(tmp, 0o777 & ~_umask())
+        backup = backup_path(path)
         if backup.exists():
             shutil.rmtree(backup)
         if path.exists():

@@ -1,0 +1,29 @@
+"""Atomic outputs (genfeat.io) get the permissions of an ordinary write, not mkstemp's private ones."""
+
+import os
+import stat
+
+import pytest
+
+from genfeat.io import atomic_dir, write_json_atomic
+
+
+@pytest.fixture(params=[0o022, 0o002, 0o077], ids=oct)
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_outputs_follow_the_umask(tmp_path, umask):
+    write_json_atomic(tmp_path / "results.json", {"ppl": 1.0})
+    with atomic_dir(tmp_path / "final") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"x")
+    assert mode(tmp_path / "results.json") == 0o666 & ~umask
+    assert mode(tmp_path / "final") == 0o777 & ~umask
+    assert mode(tmp_path / "final" / "model.safetensors") == 0o666 & ~umask
+
