@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import torch
 from torch import Tensor, nn
 
 
@@ -63,10 +62,3 @@ class Objective:
         if state:
             raise ValueError(f"objective '{self.name}' carries no state but the checkpoint has {sorted(state)}")
 
-
-def sum_losses(outputs: list[tuple[LossOutput, float]]) -> Tensor:
-    """Weighted sum of mean losses, sum_i w_i · loss_sum_i / count_i (the joint objective)."""
-    total = torch.zeros(())
-    for out, weight in outputs:
-        total = total + weight * out.mean
-    return total
