@@ -1,3 +1,4 @@
+import json
 import os
 import socket
 import subprocess
@@ -47,6 +48,21 @@ def test_resume_after_kill_ends_with_identical_parameters(tmp_path):
     Trainer(model, phases, cfg, out_dir=tmp_path / "run", resume_from=tmp_path / "run" / "last").fit()
     for k, v in model.state_dict().items():
         assert torch.equal(v, reference[k]), k
+    # The records logged after the checkpoint (fine step 6) were logged again, not twice.
+    assert logged(tmp_path / "run") == logged(tmp_path / "full")
+
+
+def logged(out):
+    """The metrics log without its timings."""
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "items_per_s"} for r in records]
+
+
+def test_fresh_run_into_an_old_directory_starts_a_new_log(tmp_path):
+    for _ in range(2):
+        model, phases, cfg = build()
+        Trainer(model, phases[:1], cfg, out_dir=tmp_path).fit()
+    assert [r["step"] for r in logged(tmp_path)] == [2, 4, 5]
 
 
 def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkeypatch):

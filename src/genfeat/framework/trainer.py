@@ -31,6 +31,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..errors import CheckpointError, ConfigError
+from ..io import write_text_atomic
 from .checkpoint import load_trainer_state, load_weights, rng_state, save_checkpoint, set_rng_state
 from .cpu import keep_freed_memory
 from .distributed import DistInfo, all_reduce_sum, init_distributed
@@ -38,6 +39,8 @@ from .optim import OptimConfig
 from .schedule import Phase, Stage
 
 __all__ = ["TrainConfig", "Trainer", "TrainResult", "OptimConfig", "seed_everything", "to_device"]
+
+METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass
@@ -195,11 +198,33 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
+    def _start_log(self, resumed_step: int | None) -> None:
+        """Begin the metrics log of this run.
+
+        A fresh run (``resumed_step`` None) starts an empty log, so an earlier run into the same
+        directory does not mix into it. A resumed run keeps the records up to the checkpoint's
+        global step and drops the ones logged after it, which this run logs again; a line that does
+        not parse is the tail of a write that the kill cut short. The log is rewritten atomically,
+        so a kill meanwhile leaves the old one.
+        """
+        if self.out_dir is None or not self.dist.is_main:
+            return
+        path = self.out_dir / METRICS_FILE
+        kept = []
+        if resumed_step is not None and path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if record["step"] <= resumed_step:
+                    kept.append(line + "\n")
+        write_text_atomic(path, "".join(kept))
+
     def _log(self, record: dict[str, Any]) -> None:
         if self.out_dir is None or not self.dist.is_main:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
+        with open(self.out_dir / METRICS_FILE, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.cfg.tensorboard:
             if self._writer is None:
@@ -337,6 +362,7 @@ class Trainer:
                                       "resume with the recipe it was trained with")
         else:
             seed_everything(self.cfg.seed + self.dist.rank)
+        self._start_log(global_step if resume_state is not None else None)
 
         steps_this_run = 0
         for p_idx in range(phase_idx, len(self.phases)):
