@@ -64,3 +64,67 @@ def test_bad_device(tmp_path):
 def test_debug_shows_traceback(tmp_path):
     proc = genfeat("run", str(tmp_path / "nope.yaml"), "--debug")
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["evaluate", "--tgt-len", "0", "--mem-len", "8"], "--tgt-len is 0"),
+    (["evaluate", "--tgt-len", "8", "--mem-len", "-3"], "--mem-len is -3"),
+    (["evaluate", "--tgt-len", "8", "--mem-len", "8", "--batch-size", "0"], "--batch-size is 0"),
+    (["generate", "--top-k", "0"], "--top-k is 0"),
+    (["generate", "--temperature", "0"], "--temperature is 0.0"),
+    (["recl", "--model", "a=x", "--contexts", "8", "16", "--r", "2"], "must be in (0, 1]"),
+    (["recl", "--model", "a=x", "--contexts", "16", "8"], "not increasing"),
+])
+def test_degenerate_numbers_are_refused_before_any_work(tmp_path, args, needle):
+    command, *rest = args
+    data = [] if command == "generate" else ["--data", "ptb:test"]
+    proc = genfeat(command, *rest, *data, *(["--checkpoint", str(tmp_path / "none")] if command != "recl" else []))
+    assert_one_line_error(proc, needle)
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+    """A small Transformer-XL over 50 bare ids, saved with its vocabulary (no training needed)."""
+    import genfeat
+    from genfeat.data.vocab import IdVocab
+    from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+
+    torch.manual_seed(0)
+    model = TransformerXLLMHeadModel(TransformerXLConfig(n_token=50, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                                         n_layer=1, mem_len=4))
+    genfeat.save_pretrained(model, tmp_path / "ckpt", IdVocab(50))
+    return tmp_path / "ckpt"
+
+
+def test_data_the_model_cannot_score(tmp_path, tiny_checkpoint):
+    import numpy as np
+
+    np.save(tmp_path / "one.npy", np.array([3]))
+    np.save(tmp_path / "big.npy", np.array([1, 2, 99]))
+    base = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--tgt-len", "4", "--mem-len", "4"]
+    assert_one_line_error(genfeat(*base, "--data", str(tmp_path / "one.npy")), "leave nothing to predict")
+    assert_one_line_error(genfeat(*base, "--data", str(tmp_path / "big.npy")), "token id 99")
+    hf = tmp_path / "hf"
+    assert genfeat("export", "--checkpoint", str(tiny_checkpoint), "--out", str(hf)).returncode == 0
+    (hf / "vocab.json").unlink()  # no vocabulary: the ids are checked against the model itself
+    assert_one_line_error(genfeat(*base[:2], str(hf), *base[3:], "--data", str(tmp_path / "big.npy")),
+                          "but the model has 50 types")
+    (hf / "model.safetensors").write_bytes((hf / "model.safetensors").read_bytes()[:100])
+    assert_one_line_error(genfeat(*base[:2], str(hf), *base[3:], "--data", str(tmp_path / "one.npy")),
+                          "corrupt or truncated")
+
+
+def test_outputs_never_replace_what_they_should_not(tmp_path, tiny_checkpoint):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("keep me")
+    assert_one_line_error(genfeat("export", "--checkpoint", str(tiny_checkpoint), "--out", str(run_dir)),
+                          "holds other files")
+    assert (run_dir / "notes.txt").read_text() == "keep me"
+    (tmp_path / "afile").write_text("x")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    assert_one_line_error(genfeat("run", str(recipe), "--out", str(tmp_path / "afile")), "is an existing file")
+    # an existing model directory is what export replaces
+    assert genfeat("export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "m")).returncode == 0
+    assert genfeat("export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "m")).returncode == 0

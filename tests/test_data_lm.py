@@ -96,8 +96,14 @@ def test_git_blob_id_is_checked_for_ptb_char_train(tmp_path, monkeypatch):
 def test_npy_and_text_files(tmp_path):
     ids = np.array([3, 1, 4, 1, 5], dtype=np.int32)
     np.save(tmp_path / "ids.npy", ids)
-    tokens, _ = load_split(str(tmp_path / "ids.npy"))
+    tokens, ids_vocab = load_split(str(tmp_path / "ids.npy"))
     assert tokens.tolist() == [3, 1, 4, 1, 5] and tokens.dtype == torch.long
+    # without a vocabulary the ids are their own: size = largest id + 1, saved and read back like any other
+    assert len(ids_vocab) == 6 and ids_vocab.decode([5, 0]) == "5 0" and ids_vocab.encode("4 2") == [4, 2]
+    ids_vocab.save(tmp_path / "ids_vocab.json")
+    assert len(load_vocab(tmp_path / "ids_vocab.json")) == 6
+    with pytest.raises(ConfigError, match="outside"):
+        ids_vocab.encode("6")
     np.save(tmp_path / "bad.npy", np.zeros((2, 2)))
     with pytest.raises(DataError, match="not 1-D token ids"):
         load_split(str(tmp_path / "bad.npy"))

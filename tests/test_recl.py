@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from genfeat.errors import ConfigError
 from genfeat.eval.recl import recl_from_losses, run_recl
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 
@@ -85,13 +86,15 @@ def test_top_r_restricts_to_hard_tokens():
 
 
 def test_delta_must_land_on_grid_and_inputs_are_checked():
-    with pytest.raises(ValueError, match="smallest context 10 \\+ Δ is not on the grid"):
+    with pytest.raises(ConfigError, match="smallest context 10 \\+ Δ is not on the grid"):
         recl_from_losses(synthetic(), GRID, delta=7)
+    with pytest.raises(ConfigError, match="not increasing"):
+        recl_from_losses(synthetic(), GRID[::-1])
     res = recl_from_losses(synthetic(), GRID, delta=20)
     assert res["starts"] == [10, 20, 30, 40]
     assert res["recl"] == [50, 30, 10], "the walk is 10 -> 30 -> 50"
     assert res["at_grid_end"] == [True, False, False]
-    with pytest.raises(ValueError, match="r is the fraction"):
+    with pytest.raises(ConfigError, match="r is the fraction"):
         recl_from_losses(synthetic(), GRID, r=0.0)
     with pytest.raises(ValueError, match="6 contexts"):
         recl_from_losses(synthetic()[:, :5], GRID)

@@ -142,6 +142,18 @@ def test_adaptive_softmax_normalises_and_gathers(cutoffs, div_val, d_embed):
     torch.testing.assert_close(out.log_probs.gather(-1, y[..., None]).squeeze(-1), out.target_log_probs)
 
 
+@pytest.mark.parametrize("cutoffs, div_val, d_embed", [([], 1, 32), ([20, 50], 1, 16), ([20, 50], 2, 32)])
+def test_ids_outside_the_vocabulary_are_refused(cutoffs, div_val, d_embed):
+    # every path (shared table, projected clusters, per-cluster tables) used to skip such ids silently
+    model = tiny(cutoffs=cutoffs, div_val=div_val, d_embed=d_embed)
+    x, y = data()
+    for bad in (97, -1):
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            model(x, labels=y.clone().fill_(bad))
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            model(x.clone().fill_(bad))
+
+
 @pytest.mark.parametrize("cutoffs", [[], [20, 50], [20, 50, 90]])
 def test_shared_table_target_log_prob_matches_full_softmax_values_and_gradients(cutoffs):
     # div_val 1 without projection takes the fused path; the full log_prob is plain autograd.

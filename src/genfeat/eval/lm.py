@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.lm import iter_lm_segments
+from ..errors import DataError
 from .metrics import Totals
 
 
@@ -31,6 +32,11 @@ def score_lm(model: nn.Module, tokens: Tensor, *, tgt_len: int, mem_len: int, cl
     Shapes:
         tokens [L] -> [b, L // b - 1] (b = 1: [1, L - 1]).
     """
+    if tgt_len < 1 or mem_len < 0 or batch_size < 1:
+        raise ValueError(f"tgt_len {tgt_len} and batch_size {batch_size} must be >= 1 and mem_len {mem_len} >= 0")
+    if tokens.numel() // batch_size < 2:
+        raise DataError(f"{tokens.numel()} tokens in {batch_size} stream(s) leave nothing to predict",
+                        "score at least two tokens per stream (fewer streams or more data)")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

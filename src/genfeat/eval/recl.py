@@ -33,7 +33,26 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import ConfigError
 from .lm import token_losses
+
+
+def check_recl_args(contexts: list[int], rs: list[float], delta: int | None) -> None:
+    """Refuse a grid or r the walk cannot use, before any scoring (ConfigError naming the fix).
+
+    The grid must be increasing and distinct, every r in (0, 1], and the smallest context plus Δ
+    (default: the next grid point) on the grid, so the walk can take its first step.
+    """
+    if list(contexts) != sorted(set(contexts)) or not contexts or contexts[0] < 1:
+        raise ConfigError(f"context lengths {contexts} are not increasing, distinct and >= 1",
+                          "list each context length once, in increasing order")
+    if any(not 0 < r <= 1 for r in rs):
+        raise ConfigError(f"r {rs}: each r is the fraction of hardest tokens and must be in (0, 1]",
+                          "pass e.g. r 0.1 0.5 1")
+    nxt = contexts[0] + delta if delta is not None else (contexts[1] if len(contexts) > 1 else None)
+    if nxt not in contexts:
+        raise ConfigError(f"the smallest context {contexts[0]} + Δ is not on the grid {contexts}",
+                          "give at least two context lengths, with c + Δ on the grid")
 
 
 def relative_losses(losses: np.ndarray, ci: int, cj: int, r: float) -> tuple[float, np.ndarray]:
@@ -69,12 +88,9 @@ def recl_from_losses(losses: np.ndarray, contexts: list[int], r: float = 1.0, de
         ``unnormalised`` [N, C'] perplexity differences exp f(c, c) - exp f(c, c + Δ) for every c of
         the grid with c + Δ on it; ``starts`` (those c's).
     """
-    if list(contexts) != sorted(set(contexts)):
-        raise ValueError(f"contexts must be increasing and distinct, got {contexts}")
+    check_recl_args(contexts, [r], delta)
     if losses.ndim != 3 or losses.shape[1] != len(contexts):
         raise ValueError(f"losses must be [models, {len(contexts)} contexts, tokens], got shape {losses.shape}")
-    if not 0 < r <= 1:
-        raise ValueError(f"r is the fraction of hardest tokens and must be in (0, 1], got {r}")
     index = {c: i for i, c in enumerate(contexts)}
 
     def step(c: int) -> int | None:
@@ -91,8 +107,6 @@ def recl_from_losses(losses: np.ndarray, contexts: list[int], r: float = 1.0, de
         starts.append(c)
         gains.append(-np.expm1(f_long - f_short))  # 1 - exp f(c, c') / exp f(c, c)
         raw.append(math.exp(f_short) - np.exp(f_long))
-    if not starts or starts[0] != contexts[0]:
-        raise ValueError(f"the smallest context {contexts[0]} + Δ is not on the grid {contexts}")
     gains_arr, raw_arr = np.array(gains).T, np.array(raw).T  # [N, C']
     gain_at = {c: j for j, c in enumerate(starts)}
     recl, at_end = [], []
@@ -129,6 +143,7 @@ def run_recl(models: dict[str, nn.Module], tokens: torch.Tensor, contexts: list[
     from ..io import atomic_path, write_text_atomic
 
     rs = [r] if isinstance(r, (int, float)) else list(r)
+    check_recl_args(contexts, rs, delta)
     names = list(models)
     losses = group_losses(models, tokens, contexts, seg_len, batch_size)
     ppl = {n: {c: math.exp(float(losses[i, j].mean())) for j, c in enumerate(contexts)} for i, n in enumerate(names)}

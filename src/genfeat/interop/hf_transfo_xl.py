@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..config import from_dict
-from ..errors import CheckpointError
+from ..errors import CheckpointError, GenfeatError
 from ..models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 
 # (HF config key, genfeat field); the rest of HF's fields are fixed by the architecture.
@@ -78,8 +79,9 @@ def hf_config_to_ours(hf: dict[str, Any]) -> TransformerXLConfig:
     fields = {ours: hf[theirs] for theirs, ours in _CONFIG_FIELDS if theirs in hf}
     try:
         return from_dict(TransformerXLConfig, fields, "config")
-    except Exception as e:
-        raise CheckpointError(f"Hugging Face config does not describe a valid Transformer-XL: {e}",
+    except (GenfeatError, ValueError, TypeError) as e:
+        cause = e.cause if isinstance(e, GenfeatError) else str(e)
+        raise CheckpointError(f"Hugging Face config does not describe a valid Transformer-XL: {cause}",
                               "check config.json") from None
 
 
@@ -107,13 +109,18 @@ def _hf_name_to_ours(name: str) -> str | None:
 
 def _read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
     if (path / "model.safetensors").is_file():
-        return load_file(str(path / "model.safetensors"))
+        try:
+            return load_file(str(path / "model.safetensors"))
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"'{path / 'model.safetensors'}' is corrupt or truncated ({e})",
+                                  "restore the file or export the model again") from None
     if (path / "pytorch_model.bin").is_file():
         try:
             return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise CheckpointError(f"cannot read '{path / 'pytorch_model.bin'}' as plain weights: "
-                                  f"{str(e).splitlines()[0]}", "convert it to model.safetensors") from None
+        except Exception:  # torch raises UnpicklingError, RuntimeError or EOFError here, with advice we must not repeat
+            raise CheckpointError(f"'{path / 'pytorch_model.bin'}' is not a plain tensor file (it is corrupt, or it "
+                                  "holds Python objects, which genfeat never unpickles)",
+                                  "convert it to model.safetensors with the program that wrote it") from None
     raise CheckpointError(f"'{path}' has neither model.safetensors nor pytorch_model.bin",
                           "pass a Hugging Face model directory with its weights")
 

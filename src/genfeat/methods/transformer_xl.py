@@ -29,7 +29,7 @@ class LMDataConfig:
 
     corpus: str = "ptb"
     """A registered corpus (ptb, ptb_char, wikitext2, wikitext103, tinyshakespeare, enwik8, text8),
-    a text file or a .npy of token ids."""
+    a text file or a .npy of token ids (its largest id + 1 is then the vocabulary size)."""
     vocab: dict[str, Any] = field(default_factory=dict)
     """Vocabulary settings (genfeat.data.vocab.VocabConfig fields); empty: the corpus's standard vocabulary."""
     batch_size: int = 16
@@ -110,7 +110,8 @@ def build_model_config(model: dict[str, Any], n_token: int):
 
 
 def lm_figures(prefix: str, result: dict[str, float]) -> dict[str, float]:
-    return {f"{prefix}_{k}": float(result[k]) for k in ("loss", "ppl", "bpc", "tokens", "seconds")}
+    return {f"{prefix}_{k}": int(result[k]) if k == "tokens" else float(result[k])
+            for k in ("loss", "ppl", "bpc", "tokens", "seconds")}
 
 
 @register_method("transformer_xl", TransformerXLRecipe)

@@ -112,6 +112,14 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
         return dhidden.to(ctx.in_dtype), dweight, dbias, dcw, dcb, None, None
 
 
+def check_ids(ids: Tensor, n_token: int, what: str) -> None:
+    """Raise ValueError when an id lies outside [0, n_token): the cluster lookups would silently skip
+    it (an embedding of zeros, a log-probability read from unwritten memory) instead of failing."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_token):
+        raise ValueError(f"{what} hold ids in [{int(ids.min())}, {int(ids.max())}], outside the vocabulary "
+                         f"[0, {n_token})")
+
+
 def cluster_bounds(n_token: int, cutoffs: list[int]) -> list[int]:
     """[0, c_1, ..., c_k, n_token]: cluster i holds token ids [bounds[i], bounds[i+1])."""
     return [0, *cutoffs, n_token]
@@ -148,6 +156,7 @@ class AdaptiveEmbedding(nn.Module):
                 self.projs.append(nn.Parameter(torch.empty(d_model, width)))
 
     def forward(self, ids: Tensor) -> Tensor:
+        check_ids(ids, self.n_token, "input ids")
         if self.div_val == 1:
             out = self.layers[0](ids)
             if len(self.projs):
@@ -221,6 +230,7 @@ class AdaptiveLogSoftmax(nn.Module):
         return F.log_softmax(self._logits(hidden, weight, bias, proj).to(accumulation_dtype(hidden.dtype)), dim=-1)
 
     def target_log_prob(self, hidden: Tensor, target: Tensor) -> Tensor:
+        check_ids(target, self.n_token, "targets")
         if self.div_val == 1 and not len(self.projs):
             layer = self.layers[0]
             cw, cb = (self.cluster_weight, self.cluster_bias) if self.n_clusters else (None, None)
