@@ -40,6 +40,10 @@ class LMDataConfig:
     """Extended context of the original code: tokens of the previous segment re-fed without loss."""
     shuffle_segments: bool = False
     """Draw segments in random order, without carrying memory (the no-recurrence ablation)."""
+    holdout: float = 0.0
+    """For a corpus given as one file (a text file or a .npy, whose one split is ``all``): keep this
+    last fraction of its tokens as the split ``valid`` and train on the rest (``train``), so
+    validation never scores training data. The vocabulary is still built from the whole file."""
     train_split: str = "train"
     valid_split: str = "valid"
     test_split: str | None = "test"
@@ -48,6 +52,8 @@ class LMDataConfig:
     def __post_init__(self):
         if self.batch_size < 1 or self.tgt_len < 1 or self.ext_len < 0:
             raise ValueError("data.batch_size and data.tgt_len must be >= 1 and data.ext_len >= 0")
+        if not 0.0 <= self.holdout < 1.0:
+            raise ValueError(f"data.holdout is a fraction in [0, 1), got {self.holdout}")
 
 
 @dataclass
@@ -117,14 +123,21 @@ def lm_figures(prefix: str, result: dict[str, float]) -> dict[str, float]:
 @register_method("transformer_xl", TransformerXLRecipe)
 def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
-    from ..data.corpora import load_corpus
+    from ..data.corpora import CORPORA, load_corpus
     from ..data.lm import LMOrderedStream, LMShuffledStream
     from ..data.vocab import VocabConfig
     from ..eval.lm import evaluate_lm
     from ..models.transformer_xl import TransformerXLLMHeadModel
 
     vocab_cfg = from_dict(VocabConfig, cfg.data.vocab, "data.vocab") if cfg.data.vocab else None
+    if cfg.data.holdout and cfg.data.corpus.partition(":")[0] in CORPORA:
+        raise ConfigError(f"data.holdout is set but corpus '{cfg.data.corpus}' has its own splits",
+                          "drop data.holdout, or give the corpus as one file")
     corpus = load_corpus(cfg.data.corpus, vocab_cfg=vocab_cfg)
+    if cfg.data.holdout:
+        tokens = corpus.splits["all"]
+        cut = len(tokens) - int(len(tokens) * cfg.data.holdout)
+        corpus.splits = {"train": tokens[:cut], "valid": tokens[cut:]}
     for split in (cfg.data.train_split, cfg.data.valid_split, cfg.data.test_split):
         if split is not None and split not in corpus.splits:
             raise ConfigError(f"corpus '{cfg.data.corpus}' has no split '{split}' (it has {sorted(corpus.splits)})",
