@@ -3,6 +3,7 @@
 import os
 import pickle
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -69,6 +70,16 @@ def test_pubmed_needs_allx():
         pytest.skip("ind.pubmed.allx is not in the shared data (only the other seven PubMed files are)")
     g = load_planetoid("pubmed", download=False)
     assert (g.num_nodes, g.num_classes, len(g.test_idx)) == (19717, 3, 1000)
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["cora", "citeseer"])
+def test_legacy_pickle_names_load_without_warnings(name):
+    # the files name scipy.sparse.csr and numpy.core.multiarray, both deprecated aliases today
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = load_planetoid(name, download=False)
+    assert sp.issparse(g.features) and g.features.dtype == np.float32
 
 
 def test_pickle_with_foreign_global_is_refused():

@@ -16,6 +16,7 @@ feature row and no label (``label == -1``), belong to no split, and are counted 
 
 from __future__ import annotations
 
+import collections
 import io
 import pickle
 from dataclasses import dataclass
@@ -72,12 +73,18 @@ for _name, _parts in _SHA.items():
         note="public Planetoid split; pubmed allx checksum not recorded in shared/data (the file is absent there)",
     ))
 
+# numpy keeps these two in numpy._core since 2.0 (numpy.core before, now a deprecated alias); an array's
+# and a scalar's reduce value name the current objects on any numpy version
+_RECONSTRUCT = np.ndarray(0).__reduce__()[0]
+_SCALAR = np.float64(0).__reduce__()[0]
+# The Python-2 files name scipy.sparse.csr and numpy.core.multiarray, newer pickles the current modules.
+# Each allowed name maps to its object, so no (deprecated) module is imported by name while unpickling.
 _ALLOWED_GLOBALS = {
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
-    ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
-    ("collections", "defaultdict"), ("builtins", "list"), ("__builtin__", "list"),
+    ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT, ("numpy.core.multiarray", "scalar"): _SCALAR,
+    ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT, ("numpy._core.multiarray", "scalar"): _SCALAR,
+    ("scipy.sparse.csr", "csr_matrix"): sp.csr_matrix, ("scipy.sparse._csr", "csr_matrix"): sp.csr_matrix,
+    ("collections", "defaultdict"): collections.defaultdict, ("builtins", "list"): list, ("__builtin__", "list"): list,
 }
 
 
@@ -85,14 +92,16 @@ class RestrictedUnpickler(pickle.Unpickler):
     """Unpickler that resolves only the globals of the Planetoid files; anything else is a DataError.
 
     A plain ``pickle.load`` on a downloaded file runs whatever callable the file names
-    (``os.system``...); this one refuses every global outside ``_ALLOWED_GLOBALS``.
+    (``os.system``...); this one refuses every global outside ``_ALLOWED_GLOBALS`` and returns the
+    current object for the legacy names the files use (``scipy.sparse.csr``, ``numpy.core``), so
+    loading them raises no deprecation warning.
     """
 
     def find_class(self, module: str, name: str):
         if (module, name) not in _ALLOWED_GLOBALS:
             raise DataError(f"pickle refers to the global '{module}.{name}', which a Planetoid file never contains",
                             "the file is not a genuine Planetoid pickle; fetch the original from kimiyoung/planetoid")
-        return super().find_class(module, name)
+        return _ALLOWED_GLOBALS[(module, name)]
 
 
 def restricted_load(data: bytes, where: str = "<bytes>"):
