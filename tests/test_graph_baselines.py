@@ -41,7 +41,7 @@ def test_unknown_baseline_on_the_command_line_is_one_error_line():
 
 
 @pytest.mark.parametrize("field, value", [("dataset", "pubmed2"), ("steps", 0), ("lr", 0.0), ("dropout", 1.0),
-                                          ("hidden_size", 0)])
+                                          ("hidden_size", 0), ("embed_lr", 0.0)])
 def test_recipe_rejects_bad_values(field, value):
     with pytest.raises(ConfigError, match=field):
         from_dict(GraphBaselineRecipe, {field: value})

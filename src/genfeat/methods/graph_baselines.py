@@ -57,6 +57,9 @@ class GraphBaselineRecipe:
     """Label propagation iterations."""
     embed_steps: int = 2000
     """GraphEmb: skip-gram steps (200 walks × 10 pairs each)."""
+    embed_lr: float = 100.0
+    """GraphEmb: SGD learning rate of the skip-gram steps (Eq. 3.12), on the loss averaged over a step's
+    2,000 pairs (100 is 0.05 on the summed loss)."""
     threads: int = 1
     """torch intra-op threads (0: leave torch's default)."""
 
@@ -64,6 +67,8 @@ class GraphBaselineRecipe:
         for name in ("steps", "hidden_size", "lp_iterations", "embed_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.embed_lr <= 0:
+            raise ValueError(f"embed_lr must be > 0, got {self.embed_lr}")
         if self.lr <= 0 or self.weight_decay < 0 or self.reg_weight < 0 or self.threads < 0:
             raise ValueError(f"lr must be > 0 and weight_decay, reg_weight, threads >= 0, got lr={self.lr}, "
                              f"weight_decay={self.weight_decay}, reg_weight={self.reg_weight}, threads={self.threads}")
@@ -128,7 +133,7 @@ def _graphemb_features(g, cfg: GraphBaselineRecipe, seed: int) -> torch.Tensor:
 
     sampler = ContextSampler(g.edges, g.num_nodes, None, None, seed=seed)
     model = PlanetoidModel(torch.zeros(g.num_nodes, 0), g.num_classes, "g")
-    opt = torch.optim.SGD(model.context_parameters(), lr=100.0)
+    opt = torch.optim.SGD(model.context_parameters(), lr=cfg.embed_lr)
     obj = GraphContextObjective()
     for _ in range(cfg.embed_steps):
         out = obj(model, next(sampler))
