@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import genfeat.framework.checkpoint as ckpt
+import genfeat.io
 from genfeat.errors import CheckpointError
 from genfeat.framework import OptimConfig, OptimSpec, Phase, Stage, Term, TrainConfig, Trainer
 
@@ -84,29 +85,111 @@ def test_kill_during_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkey
 def test_corrupt_or_mismatched_checkpoints_give_clear_errors(tmp_path):
     model, phases, cfg = build()
     ckpt.save_checkpoint(tmp_path / "c", model, {"step": 1})
-    with pytest.raises(CheckpointError, match="does not match the model|cannot load weights"):
+    with pytest.raises(CheckpointError, match=r"another model.*trunk\.0\.weight: shape \[8, 6\] in the checkpoint, "
+                                              r"\[5, 6\] in this model"):
         ckpt.load_weights(tmp_path / "c", TwoHead(d_hidden=5))
-    (tmp_path / "c" / ckpt.MODEL_FILE).write_bytes(b"\x00garbage")
-    with pytest.raises(CheckpointError, match="cannot load weights"):
-        ckpt.load_weights(tmp_path / "c", TwoHead())
-    (tmp_path / "c" / ckpt.STATE_FILE).write_bytes(b"not a torch file")
-    with pytest.raises(CheckpointError, match="cannot read training state"):
-        ckpt.load_trainer_state(tmp_path / "c")
+    good = (tmp_path / "c" / ckpt.MODEL_FILE).read_bytes()
+    for corrupt in (b"\x00garbage", good[:-7], bytes(range(256)) * 4):
+        (tmp_path / "c" / ckpt.MODEL_FILE).write_bytes(corrupt)
+        with pytest.raises(CheckpointError, match="is corrupt or truncated.*fix: delete .* without --resume"):
+            ckpt.load_weights(tmp_path / "c", TwoHead())
     with pytest.raises(CheckpointError, match="has no"):
         ckpt.load_trainer_state(tmp_path / "nowhere")
 
 
-def test_trainer_state_refuses_arbitrary_pickles(tmp_path):
+def test_corrupt_trainer_state_never_suggests_unsafe_loading(tmp_path):
     model, _, _ = build()
-    ckpt.save_checkpoint(tmp_path / "c", model, {"step": 1})
+    ckpt.save_checkpoint(tmp_path / "c", model, {"step": 1, "t": torch.zeros(1000)})
+    good = (tmp_path / "c" / ckpt.STATE_FILE).read_bytes()
 
     class Evil:
         def __reduce__(self):
             return (os.system, ("echo pwned",))
 
     torch.save({"x": Evil()}, tmp_path / "c" / ckpt.STATE_FILE)
-    with pytest.raises(CheckpointError):
-        ckpt.load_trainer_state(tmp_path / "c")
+    contents = [(tmp_path / "c" / ckpt.STATE_FILE).read_bytes(), b"not a torch file", good[: len(good) // 2]]
+    for corrupt in contents:
+        (tmp_path / "c" / ckpt.STATE_FILE).write_bytes(corrupt)
+        with pytest.raises(CheckpointError, match="training state .* (is corrupt|holds objects).*fix: delete") as e:
+            ckpt.load_trainer_state(tmp_path / "c")
+        assert "weights_only" not in str(e.value) and "Re-running" not in str(e.value)
+
+
+def interrupted_run(out, **trainer_args):
+    """The ``last`` checkpoint of a run stopped after 3 fine-tuning steps."""
+    model, phases, cfg = build()
+    cfg.stop_after_steps = 8
+    Trainer(model, phases, cfg, out_dir=out, **trainer_args).fit()
+    return out / "last"
+
+
+def write_vocab(symbols):
+    return lambda d: (d / "vocab.json").write_text(json.dumps({"kind": "word", "symbols": symbols}))
+
+
+def test_resume_refuses_another_vocabulary_of_the_same_size(tmp_path):
+    last = interrupted_run(tmp_path, save_extra=write_vocab(["a", "b", "c"]))
+    model, phases, cfg = build()
+    with pytest.raises(CheckpointError, match=r"another vocabulary.*vocab\.json\.symbols\[1\]: \"b\" in the "
+                                              r"checkpoint, \"c\" in this run.*fix: resume with the data"):
+        Trainer(model, phases, cfg, out_dir=tmp_path, save_extra=write_vocab(["a", "c", "b"]), resume_from=last).fit()
+    Trainer(model, phases, cfg, out_dir=tmp_path, save_extra=write_vocab(["a", "b", "c"]), resume_from=last).fit()
+
+
+def test_resume_into_another_model_names_the_config_fields_that_differ(tmp_path):
+    last = interrupted_run(tmp_path, checkpoint_config={"architecture": "two_head", "model": {"d_hidden": 8}})
+    _, phases, cfg = build()
+    model = TwoHead(d_hidden=5)
+    with pytest.raises(CheckpointError, match=r"another model than this one \(config\.model\.d_hidden: 8 in the "
+                                              r"checkpoint, 5 in this run; head_a\.weight: shape \[1, 8\] in the "
+                                              r"checkpoint, \[1, 5\] in this model"):
+        Trainer(model, phases, cfg, out_dir=tmp_path, resume_from=last,
+                checkpoint_config={"architecture": "two_head", "model": {"d_hidden": 5}}).fit()
+
+
+def test_resume_with_another_transformer_xl_config_names_the_fields(tmp_path):
+    from genfeat.hub import checkpoint_config
+    from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+
+    def txl(**kw):
+        return TransformerXLLMHeadModel(TransformerXLConfig(**{
+            "n_token": 50, "d_model": 16, "n_head": 2, "d_head": 8, "d_inner": 32, "n_layer": 1, "mem_len": 4, **kw}))
+
+    saved = txl()
+    ckpt.save_checkpoint(tmp_path / "c", saved, {"step": 1}, checkpoint_config(saved))
+    other = txl(n_token=60, d_inner=24)
+    with pytest.raises(CheckpointError) as e:
+        ckpt.load_weights(tmp_path / "c", other, checkpoint_config(other))
+    assert "config.model.d_inner: 32 in the checkpoint, 24 in this run" in str(e.value)
+    assert "config.model.n_token: 50 in the checkpoint, 60 in this run" in str(e.value)
+    assert "in this model" in str(e.value)  # and the parameters whose shapes differ
+
+
+def test_resume_falls_back_to_the_backup_a_kill_between_renames_left(tmp_path, monkeypatch):
+    model, phases, cfg = build()
+    Trainer(model, phases, cfg, out_dir=tmp_path / "full").fit()
+    reference = model.state_dict()
+
+    last = interrupted_run(tmp_path / "run")
+    replace = os.replace
+
+    def killed_before_second_rename(src, dst):
+        if Path(src).name.endswith(".tmp"):
+            raise KeyboardInterrupt("killed between the renames")
+        replace(src, dst)
+
+    monkeypatch.setattr(genfeat.io.os, "replace", killed_before_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(last, model, {"x": 1})
+    monkeypatch.undo()
+    assert not last.exists() and (tmp_path / "run" / ".last.old").is_dir()
+
+    model, phases, cfg = build()
+    Trainer(model, phases, cfg, out_dir=tmp_path / "run", resume_from=last).fit()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+    with pytest.raises(CheckpointError, match="no checkpoint .* to resume from"):
+        ckpt.resume_dir(tmp_path / "nowhere" / "last")
 
 
 def test_torchrun_two_processes_match_single_process(tmp_path):

@@ -10,23 +10,28 @@ A checkpoint is a directory::
                           ``torch.load(weights_only=True)`` (no arbitrary unpickling)
 
 The directory is assembled under a temporary name and renamed into place (genfeat.io.atomic_dir),
-so a kill mid-write leaves the previous checkpoint intact.
+so a kill mid-write leaves the previous checkpoint intact, under its own name or, for the instant
+between the two renames, under its backup name (:func:`resume_dir` looks there too).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
+import tempfile
+from itertools import islice
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
 from ..errors import CheckpointError
-from ..io import atomic_dir
+from ..io import atomic_dir, backup_path
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -80,34 +85,163 @@ def save_checkpoint(path: str | Path, model: nn.Module, trainer_state: dict[str,
     return path
 
 
-def load_weights(path: str | Path, model: nn.Module) -> None:
-    """Load model.safetensors of checkpoint ``path`` into ``model`` (strict)."""
-    file = Path(path) / MODEL_FILE
+def resume_dir(path: str | Path) -> Path:
+    """The checkpoint directory to resume from: ``path``, or its backup when ``path`` is missing.
+
+    :func:`save_checkpoint` moves the previous checkpoint to its backup name before renaming the
+    new one into place; a kill between the two renames leaves only the backup, which is complete.
+
+    Raises:
+        CheckpointError: neither ``path`` nor a complete backup of it exists.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return path
+    backup = backup_path(path)
+    if (backup / MODEL_FILE).is_file() and (backup / STATE_FILE).is_file():
+        return backup
+    raise CheckpointError(f"there is no checkpoint '{path}' to resume from",
+                          "run without --resume first, or pass the --out of the run to continue")
+
+
+def _corrupt_fix(path: str | Path) -> str:
+    return f"delete '{path}' and re-run without --resume (or resume from another checkpoint)"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    if len(text) <= 40:
+        return text
+    return f"a {type(value).__name__} of {len(value)}" if isinstance(value, (list, dict)) else text[:37] + "..."
+
+
+def _differences(saved: Any, current: Any, where: str) -> Iterator[str]:
+    """Where two JSON values differ, as ``where: <saved> in the checkpoint, <current> in this run``."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in sorted(saved.keys() | current.keys(), key=str):
+            yield from _differences(saved.get(key), current.get(key), f"{where}.{key}")
+    elif isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
+        for i, (a, b) in enumerate(zip(saved, current)):
+            yield from _differences(a, b, f"{where}[{i}]")
+    elif saved != current:
+        yield f"{where}: {_short(saved)} in the checkpoint, {_short(current)} in this run"
+
+
+def _config_differences(path: Path, config: dict[str, Any] | None) -> list[str]:
+    """The model fields in which the checkpoint's config.json differs from ``config`` (this run's)."""
+    if config is None or not (path / CONFIG_FILE).is_file():
+        return []
+    saved = read_config(path)
+    current = json.loads(json.dumps(config))  # tuples become lists, as in the saved file
+    keys = ("architecture", "model")
+    return list(islice(_differences({k: saved.get(k) for k in keys}, {k: current.get(k) for k in keys}, "config"), 5))
+
+
+def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | None = None) -> None:
+    """Load model.safetensors of checkpoint ``path`` into ``model`` (strict).
+
+    Args:
+        path: checkpoint directory.
+        model: receives the weights; the file must hold exactly its tensors, in its shapes.
+        config: this model's description as :func:`save_checkpoint` writes it (default None); when
+            given and the checkpoint has a config.json, a mismatch names the model fields that differ.
+    Raises:
+        CheckpointError: the file is missing, corrupt or truncated, or holds another model (the
+            message names the differing config fields and parameters).
+    """
+    path = Path(path)
+    file = path / MODEL_FILE
     if not file.is_file():
         raise CheckpointError(f"checkpoint '{path}' has no {MODEL_FILE}",
                               "pass a directory written by genfeat (or a Hugging Face model directory)")
     try:
-        missing, unexpected = load_model(model, str(file), strict=False)
-    except Exception as e:  # safetensors raises several types for corrupt headers or shape mismatches
-        raise CheckpointError(f"cannot load weights from '{file}': {str(e).splitlines()[0]}",
-                              "the checkpoint was written for another architecture or size; use a matching "
-                              "config or retrain") from None
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint '{file}' does not match the model (missing {sorted(missing)[:5]}, "
-                              f"unexpected {sorted(unexpected)[:5]})",
-                              "load it with the architecture and config it was trained with")
+        with safe_open(str(file), framework="pt") as f:
+            saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except SafetensorError as e:
+        raise CheckpointError(f"'{file}' is corrupt or truncated ({e})", _corrupt_fix(path)) from None
+    current = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    resized = sorted(k for k in saved.keys() & current.keys() if saved[k] != current[k])
+    # A shape mismatch is found before loading: torch would copy the matching tensors and then raise.
+    missing, unexpected = ([], []) if resized else load_model(model, str(file), strict=False)
+    if not (resized or missing or unexpected):
+        return
+    found = _config_differences(path, config)
+    found += [f"{k}: shape {list(saved[k])} in the checkpoint, {list(current[k])} in this model" for k in resized[:5]]
+    if missing:
+        found.append(f"not in the checkpoint: {sorted(missing)[:5]}")
+    if unexpected:
+        found.append(f"not in this model: {sorted(unexpected)[:5]}")
+    raise CheckpointError(f"checkpoint '{path}' holds another model than this one ({'; '.join(found)})",
+                          "use the model settings it was trained with (its config.json), or train a new model "
+                          "without --resume")
+
+
+def _check_same_files(path: Path, write: Callable[[Path], None]) -> None:
+    """Refuse a checkpoint whose files (vocabulary) differ from those ``write`` writes for this run.
+
+    A vocabulary of the same size but with other tokens loads without any shape error and would
+    silently train every embedding row on another token. Files the checkpoint lacks are not compared.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        write(Path(tmp))
+        for mine in sorted(Path(tmp).iterdir()):
+            theirs = path / mine.name
+            if not theirs.is_file() or theirs.read_bytes() == mine.read_bytes():
+                continue
+            try:
+                found = list(islice(_differences(json.loads(theirs.read_text()), json.loads(mine.read_text()),
+                                                 mine.name), 3))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                found = [f"{mine.name}: other contents"]
+            if found:
+                raise CheckpointError(f"checkpoint '{path}' was trained with another vocabulary or data: "
+                                      f"{'; '.join(found)}",
+                                      "resume with the data and vocabulary settings it was trained with, or "
+                                      "start a new run without --resume")
+
+
+def load_for_resume(path: str | Path, model: nn.Module, config: dict[str, Any] | None = None,
+                    extra: Callable[[Path], None] | None = None) -> None:
+    """Load the weights of checkpoint ``path`` into ``model`` after checking that they mean the same here.
+
+    Model settings that leave the weights loadable (dropout, memory length) may change on resume;
+    another vocabulary, or settings that change the parameters, are refused.
+
+    Args:
+        path: checkpoint directory.
+        model: receives the weights.
+        config: this run's config.json content (default None), to name the model fields that differ.
+        extra: the callback that writes this run's further files (vocabulary) into a checkpoint
+            (default None); each must equal the checkpoint's copy where it has one.
+    Raises:
+        CheckpointError: another vocabulary or model, or a corrupt file.
+    """
+    path = Path(path)
+    if extra is not None:
+        _check_same_files(path, extra)
+    load_weights(path, model, config)
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
+    """Read trainer_state.pt of checkpoint ``path`` (tensors and plain containers only).
+
+    Raises:
+        CheckpointError: the file is missing, corrupt, or holds other objects. torch's own message
+            for the latter suggests ``weights_only=False``, which would run arbitrary code from
+            the file, so it is never shown.
+    """
     file = Path(path) / STATE_FILE
     if not file.is_file():
         raise CheckpointError(f"checkpoint '{path}' has no {STATE_FILE}, so training cannot resume from it",
                               "resume from a checkpoint written during training (e.g. OUT/last)")
     try:
         return torch.load(file, weights_only=True, map_location="cpu")
-    except Exception as e:
-        raise CheckpointError(f"cannot read training state '{file}': {str(e).splitlines()[0]}",
-                              "the file is corrupt or not a genfeat training state; resume from another checkpoint") from None
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"training state '{file}' holds objects other than tensors and plain containers "
+                              "(it was not written by genfeat, or is damaged), so it is not loaded",
+                              _corrupt_fix(path)) from None
+    except Exception:  # torch raises RuntimeError, EOFError, ValueError... for a damaged archive
+        raise CheckpointError(f"training state '{file}' is corrupt or truncated", _corrupt_fix(path)) from None
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

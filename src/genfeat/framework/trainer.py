@@ -32,7 +32,8 @@ from tqdm import tqdm
 
 from ..errors import CheckpointError, ConfigError
 from ..io import write_text_atomic
-from .checkpoint import load_trainer_state, load_weights, rng_state, save_checkpoint, set_rng_state
+from .checkpoint import (load_for_resume, load_trainer_state, resume_dir, rng_state, save_checkpoint,
+                         set_rng_state)
 from .cpu import keep_freed_memory
 from .distributed import DistInfo, all_reduce_sum, init_distributed
 from .optim import OptimConfig
@@ -152,8 +153,10 @@ class Trainer:
         evaluate: ``evaluate(model) -> {metric: value}``, on validation data only.
         out_dir: where ``metrics.jsonl`` and the ``last``/``best`` checkpoints go (None: nothing written).
         checkpoint_config: JSON description of the model written as config.json into checkpoints.
-        save_extra: writes further files (vocabulary, recipe) into a checkpoint directory.
-        resume_from: a ``last`` checkpoint directory to continue exactly from.
+        save_extra: writes further files (the vocabulary) into a checkpoint directory; a resume is
+            refused when one differs from the checkpoint's copy.
+        resume_from: a ``last`` checkpoint directory to continue exactly from (its backup when a kill
+            between the two renames of a checkpoint write left only that).
     """
 
     def __init__(self, model: nn.Module, phases: list[Phase], cfg: TrainConfig,
@@ -347,18 +350,19 @@ class Trainer:
         phase_idx, phase_step, global_step = 0, 0, 0
         resume_state = None
         if self.resume_from is not None:
-            resume_state = load_trainer_state(self.resume_from)
+            resume_from = resume_dir(self.resume_from)
+            resume_state = load_trainer_state(resume_from)
             if resume_state.get("world", 1) != self.dist.world:
-                raise CheckpointError(f"checkpoint '{self.resume_from}' was written by {resume_state.get('world')} "
+                raise CheckpointError(f"checkpoint '{resume_from}' was written by {resume_state.get('world')} "
                                       f"process(es), this run has {self.dist.world}",
                                       "resume with the same number of processes")
-            load_weights(self.resume_from, self.model)
+            load_for_resume(resume_from, self.model, self.checkpoint_config, self.save_extra)
             phase_idx = resume_state["phase_idx"]
             phase_step = resume_state["phase_step"]
             global_step = resume_state["global_step"]
             tracker.update(resume_state["tracker"])
             if phase_idx >= len(self.phases):
-                raise CheckpointError(f"checkpoint '{self.resume_from}' is past the end of this schedule",
+                raise CheckpointError(f"checkpoint '{resume_from}' is past the end of this schedule",
                                       "resume with the recipe it was trained with")
         else:
             seed_everything(self.cfg.seed + self.dist.rank)

@@ -169,23 +169,27 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
         x = _sparse_features(g.features, cfg.row_normalise)
     edge_index = torch.tensor(g.edges.T)
     k = g.num_classes
+    # forward() -> (logits, hidden layer): SemiEmb's embedding loss reads the hidden layer of the same pass
     if cfg.baseline == "gcn":
         model = _GCN(x.shape[1], cfg.hidden_size, k, cfg.dropout)
-        forward = lambda: model(x, edge_index)  # noqa: E731
+        forward = lambda: (model(x, edge_index), None)  # noqa: E731
     elif cfg.baseline == "semiemb":
         hidden = nn.Linear(x.shape[1], cfg.hidden_size)
         head = nn.Linear(cfg.hidden_size, k)
         model = nn.ModuleList([hidden, head])
-        forward = lambda: head(F.dropout(torch.relu(hidden(x)), cfg.dropout, model.training))  # noqa: E731
+
+        def forward():
+            h = torch.relu(hidden(x))
+            return head(F.dropout(h, cfg.dropout, model.training)), h
     else:
         model = nn.Linear(x.shape[1], k)
-        forward = lambda: model(_dropout(x, cfg.dropout, model.training))  # noqa: E731
+        forward = lambda: (model(_dropout(x, cfg.dropout, model.training)), None)  # noqa: E731
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     best, best_state = -1.0, None
     for _ in range(cfg.steps):
         model.train()
-        logits = forward()
+        logits, h = forward()
         loss = F.cross_entropy(logits[tr], labels[tr])
         if cfg.baseline in ("manireg", "semiemb"):
             src, dst = edge_index
@@ -193,7 +197,6 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
                 p = logits.softmax(-1)
                 loss = loss + cfg.reg_weight * ((p[src] - p[dst]) ** 2).sum(-1).mean()
             else:
-                h = torch.relu(model[0](x))
                 neg = torch.randint(0, g.num_nodes, (len(src),), generator=gen)
                 pos_d = ((h[src] - h[dst]) ** 2).sum(-1)
                 neg_d = ((h[src] - h[neg]) ** 2).sum(-1)
@@ -203,12 +206,12 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
         opt.step()
         model.eval()
         with torch.no_grad():
-            pred = forward().argmax(-1)
+            pred = forward()[0].argmax(-1)
         v = acc(pred, va)
         if v > best:
             best, best_state = v, {n: t.clone() for n, t in model.state_dict().items()}
     model.load_state_dict(best_state)
     model.eval()
     with torch.no_grad():
-        pred = forward().argmax(-1)
+        pred = forward()[0].argmax(-1)
     return {"test_accuracy": acc(pred, te), "val_accuracy": acc(pred, va)}
