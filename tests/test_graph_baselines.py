@@ -81,12 +81,12 @@ def test_sparse_dropout_keeps_zeros_and_rescales_stored_entries():
 
 
 @pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
-@pytest.mark.parametrize("baseline", ["feat", "manireg", "semiemb", "gcn"])
+@pytest.mark.parametrize("baseline", ["feat", "manireg", "semiemb", "graphemb", "gcn"])
 def test_short_baseline_run_learns(monkeypatch, baseline):
     monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
     from genfeat.methods.graph_baselines import run
 
-    cfg = GraphBaselineRecipe(dataset="cora", baseline=baseline, steps=100)
+    cfg = GraphBaselineRecipe(dataset="cora", baseline=baseline, steps=100, embed_steps=300)
     res = run(cfg, seed=0, out_dir=None, progress=False)
     # 7 classes, the largest ~30% of the test set: 100 Adam steps already do far better
     assert res["val_accuracy"] > 0.5 and res["test_accuracy"] > 0.5

@@ -132,7 +132,7 @@ def _graphemb_features(g, cfg: GraphBaselineRecipe, seed: int) -> torch.Tensor:
     from ..objectives.graph_context import ContextSampler, GraphContextObjective
 
     sampler = ContextSampler(g.edges, g.num_nodes, None, None, seed=seed)
-    model = PlanetoidModel(torch.zeros(g.num_nodes, 0), g.num_classes, "g")
+    model = PlanetoidModel(torch.zeros(g.num_nodes, 0), 0, "g")
     opt = torch.optim.SGD(model.context_parameters(), lr=cfg.embed_lr)
     obj = GraphContextObjective()
     for _ in range(cfg.embed_steps):

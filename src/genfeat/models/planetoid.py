@@ -48,7 +48,8 @@ class PlanetoidModel(nn.Module):
     Args:
         features: (n, f) dense float tensor of node features (kept as a buffer; mode ``g`` uses only n,
             so f may be 0).
-        num_classes: k.
+        num_classes: k; 0 builds the context model alone, without classifier layers (GraphEmb's
+            skip-gram stage).
         mode: ``t``, ``i`` or ``g`` (default ``t``).
         embedding_size: e (default 50).
         dropout: dropout on the classifier inputs x_i and e_i (default 0.0: off, as in the paper).
@@ -68,10 +69,11 @@ class PlanetoidModel(nn.Module):
         else:
             self.embedding = nn.Embedding(n, embedding_size)
             nn.init.normal_(self.embedding.weight, std=0.01)
-        self.out_e = _glorot(nn.Linear(embedding_size, num_classes))
-        if mode != "g":
-            self.out_x = _glorot(nn.Linear(f, num_classes))
-            self.out = _glorot(nn.Linear(2 * num_classes, num_classes))
+        if num_classes:
+            self.out_e = _glorot(nn.Linear(embedding_size, num_classes))
+            if mode != "g":
+                self.out_x = _glorot(nn.Linear(f, num_classes))
+                self.out = _glorot(nn.Linear(2 * num_classes, num_classes))
         self.drop = nn.Dropout(dropout)
 
     def embed(self, nodes: Tensor) -> Tensor:
