@@ -131,14 +131,20 @@ def test_early_stopping_and_keep_best_restore_best_validation_state():
         assert torch.equal(v, snapshots[1][k])
 
 
-def test_bf16_autocast_trains_on_cpu():
-    torch.manual_seed(0)
-    model = TwoHead()
-    result = Trainer(model, one_phase(SquaredError("a"), make_stream(), 20, OptimConfig(lr=1e-2)),
-                     TrainConfig(precision="bf16", **QUIET),
-                     evaluate=lambda m: {"p": float(m(make_data()["x"]).float().abs().mean())}).fit()
-    assert torch.isfinite(torch.tensor(result.final_metrics["p"]))
-    assert all(p.dtype == torch.float32 for p in model.parameters())
+def test_bf16_autocast_follows_fp32_closely_but_not_exactly():
+    """bf16 keeps about 3 significant digits in the forward pass, so 20 Adam steps land near the fp32 run."""
+    trained = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        model = TwoHead()
+        Trainer(model, one_phase(SquaredError("a"), make_stream(), 20, OptimConfig(lr=1e-2)),
+                TrainConfig(precision=precision, **QUIET)).fit()
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        trained[precision] = params_of(model)
+    fp32, bf16 = trained["fp32"], trained["bf16"]
+    assert not torch.equal(bf16["trunk.0.weight"], fp32["trunk.0.weight"]), "precision bf16 had no effect"
+    for k in fp32:
+        torch.testing.assert_close(bf16[k], fp32[k], rtol=0, atol=5e-3)
 
 
 def test_lr_schedule_warmup_then_cosine():

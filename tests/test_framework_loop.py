@@ -1,0 +1,60 @@
+"""The optimizer step of the training loop: gradient accumulation, clipping, and TensorBoard logging."""
+
+import json
+
+import pytest
+import torch
+
+from genfeat.framework import OptimConfig, TrainConfig, Trainer, one_phase
+
+from _framework_fixtures import SquaredError, TwoHead, make_stream
+
+SGD = OptimConfig(name="sgd", lr=1.0)
+
+
+def one_sgd_step(batch_size: int, **cfg) -> dict[str, torch.Tensor]:
+    """The parameter change of one SGD step (lr 1, so minus the gradient) from a seeded model."""
+    torch.manual_seed(0)
+    model = TwoHead()
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    Trainer(model, one_phase(SquaredError("a"), make_stream(batch_size=batch_size), 1, SGD),
+            TrainConfig(progress=False, **cfg)).fit()
+    return {k: p.detach() - before[k] for k, p in model.named_parameters()}
+
+
+def norm(delta: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.linalg.vector_norm(torch.cat([d.flatten() for d in delta.values()]))
+
+
+def test_two_accumulated_half_batches_step_like_one_full_batch():
+    # The stream's order does not depend on the batch size, so the two halves are the full batch.
+    full = one_sgd_step(16)
+    accumulated = one_sgd_step(8, grad_accum=2)
+    assert norm(full) > 0
+    for k in full:
+        torch.testing.assert_close(accumulated[k], full[k], rtol=1e-5, atol=1e-7)
+
+
+def test_clip_norm_shortens_the_step_to_the_clip_in_the_same_direction():
+    free = one_sgd_step(16)
+    clipped = one_sgd_step(16, clip_norm=1e-3)
+    assert norm(free) > 100 * 1e-3
+    torch.testing.assert_close(norm(clipped), torch.tensor(1e-3), rtol=1e-3, atol=0)
+    scale = 1e-3 / norm(free)
+    for k in free:  # atol: the fp32 rounding of a parameter near 1 minus a step near 1e-4
+        torch.testing.assert_close(clipped[k], free[k] * scale, rtol=1e-4, atol=1e-7)
+
+
+def test_tensorboard_scalars_match_the_metrics_log(tmp_path):
+    pytest.importorskip("tensorboard", reason="the optional tensorboard package is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    torch.manual_seed(0)
+    Trainer(TwoHead(), one_phase(SquaredError("a"), make_stream(), 3, OptimConfig(lr=1e-2)),
+            TrainConfig(progress=False, log_every=1, tensorboard=True), out_dir=tmp_path).fit()
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("mse_a")
+    assert [e.step for e in scalars] == [r["step"] for r in logged] == [1, 2, 3]
+    assert [e.value for e in scalars] == pytest.approx([r["mse_a"] for r in logged], rel=1e-6)
