@@ -18,13 +18,18 @@ import pytest
 import torch
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
+DATA = Path(os.environ.get("GENFEAT_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 TINY = ["--steps", "4", "--train.log_every", "1", "--train.eval_every", "0", "--eval.valid_tokens", "300",
         "--data.test_split", "null", "--data.batch_size", "4", "--train.clip_norm", "0.25", "--eval.batch_size", "64"]
+
+# Without the data the workers would try to download PTB.
+pytestmark = pytest.mark.skipif(not (DATA / "ptb" / "ptb.train.txt").is_file(),
+                                reason=f"needs PTB at {DATA / 'ptb' / 'ptb.train.txt'} (set GENFEAT_DATA)")
 
 
 def launch(out: Path, overrides: list[str], nproc: int, mode: str = "--transformer-xl") -> None:
     env = {**os.environ, "PYTHONPATH": str(WORKER.parent), "OMP_NUM_THREADS": "1"}
-    env.setdefault("GENFEAT_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    env["GENFEAT_DATA"] = str(DATA)
     args = [str(WORKER), str(out), mode, *TINY, *overrides]
     if nproc > 1:
         with socket.socket() as sock:  # a free port for the rendezvous
