@@ -27,3 +27,24 @@ def test_atomic_outputs_follow_the_umask(tmp_path, umask):
     assert mode(tmp_path / "final") == 0o777 & ~umask
     assert mode(tmp_path / "final" / "model.safetensors") == 0o666 & ~umask
 
+
+
+def test_a_lone_backup_survives_until_the_new_directory_is_in_place(tmp_path, monkeypatch):
+    from genfeat.io import backup_path
+
+    # a kill between atomic_dir's two renames left only the backup: the one complete copy
+    backup = backup_path(tmp_path / "last")
+    backup.mkdir()
+    (backup / "model.safetensors").write_bytes(b"old")
+    seen = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        seen.append(backup.exists())  # the backup must still be there at every rename
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with atomic_dir(tmp_path / "last") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"new")
+    assert seen == [True]
+    assert (tmp_path / "last" / "model.safetensors").read_bytes() == b"new" and not backup.exists()

@@ -66,9 +66,11 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
         backup = backup_path(path)
-        if backup.exists():
-            shutil.rmtree(backup)
         if path.exists():
+            # a backup beside an existing path is stale; one without it is the only complete copy
+            # (a kill between two renames), kept until the new directory is in place
+            if backup.exists():
+                shutil.rmtree(backup)
             os.replace(path, backup)
         os.replace(tmp, path)
         if backup.exists():

@@ -17,6 +17,7 @@ import torch
 from ..config import from_dict, to_dict
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework.checkpoint import resume_dir
 from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
 from ..io import write_json_atomic, write_text_atomic
 from ..objectives.causal_lm import CausalLMObjective
@@ -171,12 +172,8 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
-    resume_from = None
-    if resume:
-        resume_from = Path(out_dir) / "last"
-        if not resume_from.is_dir():
-            raise ConfigError(f"--resume was given but '{resume_from}' does not exist",
-                              "run without --resume first, or pass the --out of the run to continue")
+    # checked before training starts; a kill between a checkpoint's two renames leaves its backup
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
                       out_dir=out_dir, checkpoint_config=ckpt_cfg,
                       save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
