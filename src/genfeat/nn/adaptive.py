@@ -29,35 +29,30 @@ def _mm_into(dst: Tensor, a: Tensor, b: Tensor) -> None:
         dst.copy_(a @ b)
 
 
-def _head_logits(x: Tensor, weight: Tensor, bias: Tensor, cluster_weight: Tensor | None,
-                 cluster_bias: Tensor | None) -> Tensor:
-    """Head-cluster logits [n, s + C]: the s shortlist tokens, then one per tail cluster.
-
-    The shortlist's product runs on its own and its C cluster columns are appended after: a
-    product s + C wide (2,002 for s = 2,000) is far slower in BLAS than one s wide (measured at one
-    thread on an AMD EPYC core: 37-39 ms vs 24-26 ms for the whole head of 1,024 positions, d 256,
-    copy included).
-
-    Shapes: x [n, e], weight [s, e], bias [s], cluster_weight [C, e], cluster_bias [C].
-    """
-    short = torch.addmm(bias, x, weight.t())
-    if cluster_weight is None:
-        return short
-    return torch.cat([short, torch.addmm(cluster_bias, x, cluster_weight.t())], 1)
+def _onehot_minus_p(p: Tensor, rows: Tensor, col: Tensor, g: Tensor) -> Tensor:
+    """g * (onehot - p), the gradient of g * (z[col] - lse) with respect to z, for the ``rows`` whose
+    target column ``col`` lies in this buffer of probabilities ``p`` [n, V_i] (g [n])."""
+    grad = p * -g[:, None]
+    grad[rows, col] += g[rows]
+    return grad
 
 
 class _SharedTableTargetLogProb(torch.autograd.Function):
     """log p(target) of an adaptive softmax whose clusters are row ranges of one table (div_val 1, no projection).
 
     log p(w) = z_head[col(w)] - lse_head + [w in tail cluster i] (z_i[w - lo_i] - lse_i), with
-    z_head = h [W_shortlist; W_clusters]^T + b (col(w) = w in the head, shortlist + i - 1 for
-    cluster i) and z_i = h W_{lo_i:hi_i}^T + b_{lo_i:hi_i} over the positions whose target is in cluster i.
+    z_head = [h W_shortlist^T + b_shortlist, h W_clusters^T + b_clusters] (col(w) = w in the head,
+    shortlist + i - 1 for cluster i) and z_i = h W_{lo_i:hi_i}^T + b_{lo_i:hi_i} over the positions
+    whose target is in cluster i.
 
-    Saves each cluster's probabilities (the logits are normalised in place) and computes the
-    gradient d log p / dz = onehot - p directly, without a zero-filled [n, V] gradient of an indexing
-    op; backward writes every cluster's weight gradient straight into its rows of one [V, e] buffer
-    (slicing a shared table under autograd would allocate and sum a zero-filled [V, e] gradient per
-    cluster).
+    The head's shortlist and cluster logits stay two buffers normalised jointly (``softmax_`` over
+    both): no concatenated weight or logit copy at the forward pass's memory peak, and the shortlist's
+    product is s wide rather than s + C (BLAS is far slower at 2,002 than at 2,000 columns: 37-39 ms vs
+    24-26 ms for 1,024 positions, d 256, one AMD EPYC thread). Saves each buffer's probabilities and
+    computes the gradient d log p / dz = onehot - p directly, without a zero-filled [n, V] gradient of
+    an indexing op; backward writes every cluster's weight gradient straight into its rows of one
+    [V, e] buffer (slicing a shared table under autograd would allocate and sum a zero-filled [V, e]
+    gradient per cluster).
 
     Shapes: hidden [n, e], weight [V, e], bias [V], cluster_weight [C, e], cluster_bias [C],
     target [n] -> [n] in at least fp32.
@@ -68,14 +63,6 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
         dt = compute_dtype(hidden)
         acc = accumulation_dtype(dt)
         s = bounds[1]
-        has_clusters = cluster_weight is not None
-
-        def log_prob_and_probs(z: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
-            z = z.to(acc)  # [n_i, V_i] logits
-            picked = z.gather(1, col[:, None])
-            probs, lse = softmax_(z)  # in place on the logits' own buffer
-            return picked.sub_(lse).squeeze(1), probs
-
         with torch.autocast(hidden.device.type, enabled=False):
             h = hidden.to(dt)
             cols = target.clone()
@@ -84,49 +71,59 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
                 lo, hi = bounds[i], bounds[i + 1]
                 idx = ((target >= lo) & (target < hi)).nonzero(as_tuple=True)[0]
                 cols[idx] = s + i - 1
-                z = torch.addmm(bias[lo:hi].to(dt), h[idx], weight[lo:hi].to(dt).t())
-                tails.append((idx, *log_prob_and_probs(z, target[idx] - lo)))
-            z = _head_logits(h, weight[:s].to(dt), bias[:s].to(dt), cluster_weight.to(dt) if has_clusters else None,
-                             cluster_bias.to(dt) if has_clusters else None)
-            out, probs = log_prob_and_probs(z, cols)
+                z = torch.addmm(bias[lo:hi].to(dt), h[idx], weight[lo:hi].to(dt).t()).to(acc)
+                picked = z.gather(1, (target[idx] - lo)[:, None])
+                picked.sub_(softmax_(z))
+                tails.append((idx, picked.squeeze(1), z))
+            short = torch.addmm(bias[:s].to(dt), h, weight[:s].to(dt).t()).to(acc)      # [n, s]
+            if cluster_weight is None:
+                clusters = None
+                out = short.gather(1, cols[:, None])
+                out.sub_(softmax_(short))
+            else:
+                clusters = torch.addmm(cluster_bias.to(dt), h, cluster_weight.to(dt).t()).to(acc)  # [n, C]
+                in_short = cols < s
+                out = torch.where(in_short[:, None], short.gather(1, cols.clamp(max=s - 1)[:, None]),
+                                  clusters.gather(1, (cols - s).clamp(min=0)[:, None]))
+                out.sub_(softmax_(short, clusters))
+            out = out.squeeze(1)
             for idx, lp, _ in tails:
                 out.index_add_(0, idx, lp)
-        ctx.bounds, ctx.dt, ctx.in_dtype, ctx.has_clusters = bounds, dt, hidden.dtype, has_clusters
-        ctx.save_for_backward(h, weight, bias, cluster_weight, target, cols, probs,
+        ctx.bounds, ctx.dt, ctx.in_dtype = bounds, dt, hidden.dtype
+        ctx.save_for_backward(h, weight, bias, cluster_weight, target, cols, short, clusters,
                               *[t for idx, _, p in tails for t in (idx, p)])
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        h, weight, bias, cluster_weight, target, cols, probs, *tail_saved = ctx.saved_tensors
+        h, weight, bias, cluster_weight, target, cols, short, clusters, *tail_saved = ctx.saved_tensors
         bounds, dt, s = ctx.bounds, ctx.dt, ctx.bounds[1]
-        dout = dout.to(probs.dtype)
-
-        def dlogits(p: Tensor, col: Tensor, g: Tensor) -> Tensor:
-            # d(z[col] - lse)/dz = onehot(col) - softmax(z), times the incoming gradient g
-            grad = p * -g[:, None]
-            grad[torch.arange(len(col), device=col.device), col] += g
-            return grad
-
+        dout = dout.to(short.dtype)
+        rows = torch.arange(len(cols), device=cols.device)
         with torch.autocast(h.device.type, enabled=False):
             dweight = torch.empty_like(weight)
             dbias = torch.empty_like(bias)
-            head_w = torch.cat([weight[:s], cluster_weight]) if ctx.has_clusters else weight[:s]
-            grad = dlogits(probs, cols, dout)
+            in_short = cols < s
+            grad = _onehot_minus_p(short, rows[in_short], cols[in_short], dout)
             gh = grad.to(dt)
-            dhidden = (gh @ head_w.to(dt)).to(probs.dtype)
-            _mm_into(dweight[:s], gh[:, :s].t(), h)
-            dbias[:s] = grad[:, :s].sum(0)
-            dcw = (gh[:, s:].t() @ h).to(weight.dtype) if ctx.has_clusters else None
-            dcb = grad[:, s:].sum(0).to(bias.dtype) if ctx.has_clusters else None
+            dhidden = (gh @ weight[:s].to(dt)).to(short.dtype)
+            _mm_into(dweight[:s], gh.t(), h)
+            dbias[:s] = grad.sum(0)
+            dcw = dcb = None
+            if clusters is not None:
+                grad = _onehot_minus_p(clusters, rows[~in_short], cols[~in_short] - s, dout)
+                gh = grad.to(dt)
+                dhidden.add_((gh @ cluster_weight.to(dt)).to(short.dtype))
+                dcw = (gh.t() @ h).to(weight.dtype)
+                dcb = grad.sum(0).to(bias.dtype)
             for i in range(1, len(bounds) - 1):
                 lo, hi = bounds[i], bounds[i + 1]
                 idx, p = tail_saved[2 * (i - 1)], tail_saved[2 * (i - 1) + 1]
-                grad = dlogits(p, target[idx] - lo, dout[idx])
+                grad = _onehot_minus_p(p, rows[:len(idx)], target[idx] - lo, dout[idx])
                 gh = grad.to(dt)
                 _mm_into(dweight[lo:hi], gh.t(), h[idx])
                 dbias[lo:hi] = grad.sum(0)
-                dhidden.index_add_(0, idx, (gh @ weight[lo:hi].to(dt)).to(probs.dtype))
+                dhidden.index_add_(0, idx, (gh @ weight[lo:hi].to(dt)).to(short.dtype))
         return dhidden.to(ctx.in_dtype), dweight, dbias, dcw, dcb, None, None
 
 
@@ -242,10 +239,10 @@ class AdaptiveLogSoftmax(nn.Module):
     def _head_log_prob(self, hidden: Tensor) -> Tensor:
         """[n, shortlist + n_clusters]: shortlist tokens, then one entry per tail cluster."""
         weight, bias, proj = self._cluster_params(0)
-        if proj is not None:
-            hidden = hidden @ proj
-        cw, cb = (self.cluster_weight, self.cluster_bias) if self.n_clusters else (None, None)
-        return F.log_softmax(_head_logits(hidden, weight, bias, cw, cb).to(accumulation_dtype(hidden.dtype)), dim=-1)
+        if self.n_clusters:
+            weight = torch.cat([weight, self.cluster_weight], 0)
+            bias = torch.cat([bias, self.cluster_bias], 0)
+        return F.log_softmax(self._logits(hidden, weight, bias, proj).to(accumulation_dtype(hidden.dtype)), dim=-1)
 
     def target_log_prob(self, hidden: Tensor, target: Tensor) -> Tensor:
         check_ids(target, self.n_token, "targets")

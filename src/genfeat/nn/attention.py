@@ -108,7 +108,8 @@ class _RelativeAttentionCore(torch.autograd.Function):
             blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
             score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale)
             # a query with every key blocked attends to nothing (zero output, zero gradients)
-            prob, lse = softmax_(score, allowed)
+            lse = softmax_(score, allowed=allowed)
+            prob = score
             keep = None
             if p_drop > 0:
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)

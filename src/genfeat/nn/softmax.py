@@ -1,7 +1,7 @@
 """In-place softmax over the last dim, shared by the fused attention core and the fused adaptive softmax.
 
-Both normalise a freshly computed [.., n] score buffer they own, so the pass can reuse it: one exp,
-no logsumexp temporaries, and the log-normaliser comes back for the backward pass / log-probabilities.
+Both normalise freshly computed score buffers they own, so the pass can reuse them: one exp, no
+logsumexp temporaries, and the log-normaliser comes back for the backward pass / log-probabilities.
 """
 
 from __future__ import annotations
@@ -23,12 +23,22 @@ def exp_floored_(x: Tensor, allowed: Tensor | None = None) -> Tensor:
     return x if allowed is None else x.mul_(allowed)
 
 
-def softmax_(x: Tensor, allowed: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """softmax of ``x`` over its last dim, in place; returns (x, log-normaliser [.., 1]).
+def softmax_(*parts: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """softmax over the last dim of ``parts`` joined end to end, in place; returns the log-normaliser [.., 1].
 
-    A row with every entry blocked gets all-zero probabilities (and a finite log-normaliser).
+    Each row spans every part (e.g. an adaptive softmax head whose shortlist and cluster logits
+    come from separate products), so the parts need not be copied into one buffer. ``allowed``
+    (0/1, broadcast over each part) blocks entries; a row with every entry blocked gets all-zero
+    probabilities (and a finite log-normaliser).
     """
-    top = x.amax(-1, keepdim=True)
-    prob = exp_floored_(x.sub_(top), allowed)
-    total = prob.sum(-1, keepdim=True).clamp_min_(torch.finfo(prob.dtype).tiny)
-    return prob.div_(total), total.log_().add_(top)
+    top = parts[0].amax(-1, keepdim=True)
+    for x in parts[1:]:
+        top = torch.maximum(top, x.amax(-1, keepdim=True))
+    total = None
+    for x in parts:
+        row = exp_floored_(x.sub_(top), allowed).sum(-1, keepdim=True)
+        total = row if total is None else total.add_(row)
+    total.clamp_min_(torch.finfo(total.dtype).tiny)
+    for x in parts:
+        x.div_(total)
+    return total.log_().add_(top)
