@@ -34,13 +34,13 @@ run without it.
 Loss: on the first batch, fp32, same weights, fresh memory (HF given zero-length mems), the mean
 loss of the t-1 positions both score.
 
-Arithmetic bound: each side's matrix-product FLOPs per input token in one training step
-(forward, backward; counted by ``torch.utils.flop_counter.FlopCounterMode`` on one extra warm-up
-step) and this machine's fp32 GEMM rate (the best of large square ``torch.mm`` at the same thread
-count) give ``speedup_upper_bound``: HF's measured time per token divided by the time genfeat's
-matrix products alone would take at that rate. No implementation of the same step can beat HF by
-more than this unless it does fewer multiply-adds or multiplies faster than a large GEMM;
-``genfeat_gemm_efficiency`` is the share of that rate genfeat's step achieves overall.
+Arithmetic bound: on one extra warm-up step of each side, every matrix product (mm, addmm, bmm)
+is recorded with its operand shapes and strides; their FLOPs per input token are reported
+(``*_matmul_mflop_per_token``), and genfeat's products are replayed alone, each on random operands
+of the same layout, timed, and summed over the step (``genfeat_matmul_ms_per_step``). HF's median
+time per step divided by that sum is ``speedup_bound_matmul_only``: the speedup genfeat would have
+if everything in its step but its matrix products took no time at all. 2x needs that bound well
+above 2, since the rest of a step (softmax, layer norm, copies, the optimizer) is never free.
 
 Last stdout line: JSON with speedup, memory_ratio, loss_abs_diff and the raw figures.
 """
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -58,6 +59,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 B, T, M, V, CUTOFFS = 8, 128, 128, 10000, [2000, 6000]
 HF_KW = dict(vocab_size=V, cutoffs=CUTOFFS, div_val=1, d_model=256, d_embed=256, n_head=4, d_head=64, d_inner=1024,
@@ -121,35 +123,57 @@ class Side:
         return loss.detach()
 
 
-def matmul_flops_per_token(side: Side, x, y) -> float:
-    """Matrix-product FLOPs (2 per multiply-add) of one training step of ``side``, per input token."""
-    from torch.utils.flop_counter import FlopCounterMode
+class MatmulRecorder(TorchDispatchMode):
+    """Records the matrix products a step dispatches: (op, operand shapes and strides) -> count."""
 
-    counter = FlopCounterMode(display=False)
-    with counter:
-        side.step(x, y)
-    return counter.get_total_flops() / x.numel()
+    OPS = {"mm", "addmm", "bmm"}
 
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[tuple, int] = {}
 
-def gemm_flops_per_s(device: str) -> float:
-    """The best fp32 rate of large square ``torch.mm`` (n = 1024, 2048) on ``device``, in FLOP/s."""
-    best = 0.0
-    for n in (1024, 2048):
-        a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-        c = torch.empty(n, n, device=device)
-        reps = 3 if device == "cpu" else 50
-        for _ in range(2):
-            torch.mm(a, b, out=c)
-        for _ in range(3):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._overloadpacket.__name__
+        if name in self.OPS:
+            operands = tuple((tuple(a.shape), tuple(a.stride())) for a in args if isinstance(a, torch.Tensor))
+            key = (name, operands)
+            self.calls[key] = self.calls.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    def flops(self) -> int:
+        """2 per multiply-add over all recorded products."""
+        total = 0
+        for (name, operands), count in self.calls.items():
+            a, b = (operands[1:] if name == "addmm" else operands)[:2]
+            total += count * 2 * math.prod(a[0]) * b[0][-1]
+        return total
+
+    def replay_ms(self, device: str, reps: int = 10) -> float:
+        """Milliseconds the recorded products take when each runs alone (median of ``reps``), summed."""
+        total = 0.0
+        for (name, operands), count in self.calls.items():
+            tensors = [torch.empty_strided(shape, stride, device=device).normal_() for shape, stride in operands]
+            op = getattr(torch.ops.aten, name).default
+            for _ in range(2):
+                op(*tensors)
+            times = []
             for _ in range(reps):
-                torch.mm(a, b, out=c)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0))
-    return best
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                op(*tensors)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            total += count * statistics.median(times) * 1000
+        return total
+
+
+def record_matmuls(side: Side, x, y) -> MatmulRecorder:
+    recorder = MatmulRecorder()
+    with recorder:
+        side.step(x, y)
+    return recorder
 
 
 def loss_diff(hf, ours, x, y) -> float:
@@ -240,8 +264,8 @@ def main() -> None:
     for side in (sides["hf"], sides["genfeat"]):
         for x, y in data[:WARMUP]:
             side.step(x, y)
-    flops = {name: matmul_flops_per_token(sides[name], *data[WARMUP - 1]) for name in ("hf", "genfeat")}
-    gemm = gemm_flops_per_s(args.device)
+    recorded = {name: record_matmuls(sides[name], *data[WARMUP - 1]) for name in ("hf", "genfeat")}
+    matmul_ms = recorded["genfeat"].replay_ms(args.device)
     names = ["hf", "genfeat", "genfeat-rff"]
     rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(ROUNDS):
@@ -267,9 +291,11 @@ def main() -> None:
               "recompute_ff_memory_ratio": peaks["genfeat-rff"] / peaks["hf"],
               "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
               "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"],
-              "genfeat_matmul_mflop_per_token": flops["genfeat"] / 1e6, "hf_matmul_mflop_per_token": flops["hf"] / 1e6,
-              "gemm_gflop_per_s": gemm / 1e9, "speedup_upper_bound": gemm / flops["genfeat"] / hf_tps,
-              "genfeat_gemm_efficiency": ours_tps * flops["genfeat"] / gemm, "rounds": ROUNDS, "steps_per_round": round_steps,
+              "genfeat_matmul_mflop_per_token": recorded["genfeat"].flops() / (B * T) / 1e6,
+              "hf_matmul_mflop_per_token": recorded["hf"].flops() / (B * T) / 1e6,
+              "genfeat_matmul_ms_per_step": matmul_ms, "genfeat_step_ms": B * T / ours_tps * 1000,
+              "hf_step_ms": B * T / hf_tps * 1000, "speedup_bound_matmul_only": B * T / hf_tps * 1000 / matmul_ms,
+              "rounds": ROUNDS, "steps_per_round": round_steps,
               "threads": torch.get_num_threads(), "torch": torch.__version__, "device": args.device,
               "precision": args.precision}
     if cuda:
