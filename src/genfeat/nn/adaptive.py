@@ -130,9 +130,11 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
 def check_ids(ids: Tensor, n_token: int, what: str) -> None:
     """Raise ValueError when an id lies outside [0, n_token): the cluster lookups would silently skip
     it (an embedding of zeros, a log-probability read from unwritten memory) instead of failing."""
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_token):
-        raise ValueError(f"{what} hold ids in [{int(ids.min())}, {int(ids.max())}], outside the vocabulary "
-                         f"[0, {n_token})")
+    if not ids.numel():
+        return
+    low, high = (int(v) for v in torch.aminmax(ids))  # one reduction, one device sync
+    if low < 0 or high >= n_token:
+        raise ValueError(f"{what} hold ids in [{low}, {high}], outside the vocabulary [0, {n_token})")
 
 
 def cluster_bounds(n_token: int, cutoffs: list[int]) -> list[int]:
