@@ -49,9 +49,10 @@ def test_tensorboard_scalars_match_the_metrics_log(tmp_path):
     pytest.importorskip("tensorboard", reason="the optional tensorboard package is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    torch.manual_seed(0)
-    Trainer(TwoHead(), one_phase(SquaredError("a"), make_stream(), 3, OptimConfig(lr=1e-2)),
-            TrainConfig(progress=False, log_every=1, tensorboard=True), out_dir=tmp_path).fit()
+    for lr in (1.0, 1e-2):  # a second, fresh run into the same directory hides the first one's events
+        torch.manual_seed(0)
+        Trainer(TwoHead(), one_phase(SquaredError("a"), make_stream(), 3, OptimConfig(lr=lr)),
+                TrainConfig(progress=False, log_every=1, tensorboard=True), out_dir=tmp_path).fit()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()

@@ -202,7 +202,7 @@ class Trainer:
         return nullcontext()
 
     def _start_log(self, resumed_step: int | None) -> None:
-        """Begin the metrics log of this run.
+        """Begin the metrics log (and TensorBoard's) of this run.
 
         A fresh run (``resumed_step`` None) starts an empty log, so an earlier run into the same
         directory does not mix into it. A resumed run keeps the records up to the checkpoint's
@@ -210,6 +210,9 @@ class Trainer:
         not parse is the tail of a write that the kill cut short. The log is rewritten atomically,
         so a kill meanwhile leaves the old one.
         """
+        # TensorBoard hides earlier events from this step on: all of an earlier run's, or those a
+        # resumed run logs again
+        self._purge_step = 0 if resumed_step is None else resumed_step + 1
         if self.out_dir is None or not self.dist.is_main:
             return
         path = self.out_dir / METRICS_FILE
@@ -232,7 +235,7 @@ class Trainer:
         if self.cfg.tensorboard:
             if self._writer is None:
                 from torch.utils.tensorboard import SummaryWriter
-                self._writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+                self._writer = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=self._purge_step)
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
                     self._writer.add_scalar(k, v, record["step"])
