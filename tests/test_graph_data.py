@@ -97,6 +97,13 @@ def test_adjacency_dict_round_trip():
     assert back == graph and isinstance(back, defaultdict)
 
 
+def test_files_re_saved_by_python3_at_protocol_2_load():
+    # Python 3 pickles bytes at protocol 2 through _codecs.encode, which the allow-list admits
+    matrix = sp.csr_matrix(np.eye(3, dtype=np.float32))
+    back = restricted_load(pickle.dumps(matrix, protocol=2))
+    assert (back != matrix).nnz == 0 and back.dtype == np.float32
+
+
 def _toy_parts(graph):
     y = np.eye(2)[[0, 1]]
     return {"x": sp.csr_matrix(np.ones((2, 3))), "y": y, "allx": sp.csr_matrix(np.ones((3, 3))),
@@ -109,9 +116,25 @@ def test_toy_graph_builds():
     assert g.num_nodes == 4 and g.num_undirected_edges == 3
 
 
-def test_graph_referencing_missing_node():
+@pytest.mark.parametrize("graph", [{0: [1], 1: [9]}, {0: [1], 9: [0]}], ids=["neighbour", "key"])
+def test_graph_referencing_missing_node(graph):
+    # a node beyond the feature rows is refused whether it is listed as a neighbour or as a key
     with pytest.raises(DataError, match="node 9, outside the 4 nodes"):
-        build_planetoid("toy", _toy_parts({0: [1], 1: [9]}))
+        build_planetoid("toy", _toy_parts(graph))
+
+
+@pytest.mark.parametrize("part, value, match", [
+    ("test.index", np.array([], dtype=np.int64), "holds no test ids"),
+    ("test.index", np.array([3, 3]), "negative or repeated"),
+    ("graph", [[0, 1]], "not a dict of adjacency lists"),
+    ("y", np.array([0, 1]), "not a 2-D matrix"),
+    ("ally", np.eye(2)[[0, 1]], "has 2 rows but allx has 3"),
+])
+def test_malformed_parts_are_named(part, value, match):
+    parts = _toy_parts({0: [1], 1: [0]})
+    parts[part] = value
+    with pytest.raises(DataError, match=match):
+        build_planetoid("toy", parts)
 
 
 def test_empty_graph():

@@ -16,6 +16,7 @@ feature row and no label (``label == -1``), belong to no split, and are counted 
 
 from __future__ import annotations
 
+import codecs
 import collections
 import io
 import pickle
@@ -85,6 +86,9 @@ _ALLOWED_GLOBALS = {
     ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT, ("numpy._core.multiarray", "scalar"): _SCALAR,
     ("scipy.sparse.csr", "csr_matrix"): sp.csr_matrix, ("scipy.sparse._csr", "csr_matrix"): sp.csr_matrix,
     ("collections", "defaultdict"): collections.defaultdict, ("builtins", "list"): list, ("__builtin__", "list"): list,
+    # Python 3 writes bytes at protocol <= 2 as _codecs.encode(str, "latin1"): files re-saved that way
+    # load too; the function only turns a string into bytes
+    ("_codecs", "encode"): codecs.encode,
 }
 
 
@@ -183,6 +187,26 @@ def _edges_from_adjacency_lists(graph, n_nodes: int, where: str) -> tuple[np.nda
     return listed, e
 
 
+def _check_parts(name: str, parts: dict) -> None:
+    """Refuse parts of the wrong kind or shape with a DataError naming the part (before any indexing)."""
+    def fail(part: str, what: str):
+        raise DataError(f"{name}: ind.{name}.{part} {what}", f"use the original ind.{name}.{part} file")
+
+    for part in ("x", "tx", "allx", "y", "ty", "ally"):
+        if getattr(parts[part], "ndim", None) != 2:
+            fail(part, f"is not a 2-D matrix (got {type(parts[part]).__name__})")
+    if not isinstance(parts["graph"], dict):
+        fail("graph", f"is not a dict of adjacency lists (got {type(parts['graph']).__name__})")
+    test_ids = np.asarray(parts["test.index"])
+    if test_ids.ndim != 1 or not len(test_ids):
+        fail("test.index", "holds no test ids")
+    if (test_ids < 0).any() or len(np.unique(test_ids)) != len(test_ids):
+        fail("test.index", "holds negative or repeated ids")
+    for feats, labels in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
+        if parts[feats].shape[0] != parts[labels].shape[0]:
+            fail(labels, f"has {parts[labels].shape[0]} rows but {feats} has {parts[feats].shape[0]}")
+
+
 def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
     """Assemble a :class:`PlanetoidGraph` from the eight decoded parts (see module docstring).
 
@@ -191,6 +215,7 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
         parts: ``x, y, tx, ty, allx, ally`` (arrays or sparse), ``graph`` (dict of lists) and
             ``test.index`` (1-D int array).
     """
+    _check_parts(name, parts)
     x, y, tx, ty = parts["x"], parts["y"], parts["tx"], parts["ty"]
     allx, ally, graph = parts["allx"], parts["ally"], parts["graph"]
     test_ids = np.asarray(parts["test.index"], dtype=np.int64)
@@ -198,9 +223,8 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
     if len(test_ids) != tx.shape[0]:
         raise DataError(f"{name}: test.index has {len(test_ids)} ids but tx has {tx.shape[0]} rows",
                         "use matching test.index and tx files")
+    # the nodes are the feature rows: allx, then the test ids (a graph key beyond them is refused below)
     n_nodes = max(n_all, int(test_ids.max()) + 1)
-    if graph:
-        n_nodes = max(n_nodes, max(int(k) for k in graph) + 1)
     n_feat = allx.shape[1]
     features = sp.lil_matrix((n_nodes, n_feat), dtype=np.float32)
     features[:n_all] = sp.csr_matrix(allx, dtype=np.float32)
