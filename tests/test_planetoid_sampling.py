@@ -70,14 +70,30 @@ def test_permutation_starts_every_node_once_per_pass():
     # passes of 24 cross batch boundaries (5 does not divide 24)
     assert sorted(starts[:24]) == list(range(24)) and sorted(starts[24:48]) == list(range(24))
     assert starts[:24] != starts[24:48]
-    # the position in the passes depends on the call number only: the stream resumes exactly
+    # the position in the passes is sampler state: the stream resumes exactly
+    seven = ContextSampler(e, 24, None, None, batch_size=5, r1=1.0, walk_length=4, window=1, seed=2, all_pairs=True,
+                           walk_starts="permutation")
+    _walk_starts(seven, 7)
     r = ContextSampler(e, 24, None, None, batch_size=5, r1=1.0, walk_length=4, window=1, seed=2, all_pairs=True,
                        walk_starts="permutation")
-    r.load_state_dict({"calls": 7})
+    r.load_state_dict(seven.state_dict())
     assert _walk_starts(r, 3) == [starts[35:40], starts[40:45], starts[45:50]]
     uniform = ContextSampler(e, 24, None, None, batch_size=24, r1=1.0, walk_length=4, window=1, seed=2,
                              all_pairs=True)
     assert len(set(_walk_starts(uniform, 1)[0])) < 24
+
+
+def test_permutation_starts_cover_every_node_when_label_context_takes_part_of_each_batch():
+    # with r2 < 1 a batch draws fewer walks than N2; the next batch must go on where this one stopped
+    e, _ = _two_paths()
+    labels = np.arange(24) % 2
+    s = ContextSampler(e, 24, labels, np.arange(6), batch_size=10, r1=1.0, r2=0.5, walk_length=4, window=1, seed=3,
+                       pairs_per_walk=2, walk_starts="permutation")
+    started, walk = [], s.random_walks
+    s.random_walks = lambda starts, rng: (started.extend(starts.tolist()), walk(starts, rng))[1]
+    while len(started) < 48:
+        next(s)
+    assert sorted(started[:24]) == list(range(24)) and sorted(started[24:48]) == list(range(24))
 
 
 def test_self_pairs_need_the_enumeration():

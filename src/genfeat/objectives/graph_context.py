@@ -94,6 +94,7 @@ class ContextSampler:
         if all_pairs:
             self.pairs_per_walk = len(self.window_pairs[0])
         self.calls = 0
+        self.walks_started = 0  # permutation starts: walks drawn so far, the position in the permutations
         self.excluded = None
         if exclude is not None and len(exclude) > 0:
             self.excluded = np.zeros(num_nodes, bool)
@@ -110,10 +111,11 @@ class ContextSampler:
         return self
 
     def state_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls}
+        return {"calls": self.calls, "walks_started": self.walks_started}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.calls = int(state["calls"])
+        self.walks_started = int(state.get("walks_started", 0))
 
     def shard(self, rank: int, world: int) -> None:
         self.seed = self.seed * max(world, 1) + rank
@@ -131,13 +133,15 @@ class ContextSampler:
             walks[:, t] = cur
         return walks
 
-    def _walk_starts(self, n_walks: int, call: int, rng: np.random.Generator) -> np.ndarray:
+    def _walk_starts(self, n_walks: int, rng: np.random.Generator) -> np.ndarray:
         if self.walk_starts == "uniform":
             return self.starts[rng.integers(0, len(self.starts), n_walks)]
-        # call t owns positions t·N2 .. t·N2 + n_walks − 1 of the endless sequence of permutations,
-        # so a batch depends on its call number alone and the stream stays resumable
+        # the walks take the next positions of an endless sequence of seeded permutations, so every
+        # node starts one walk per pass even when label context takes part of a batch; the position
+        # is sampler state, saved and restored with it
         n = len(self.starts)
-        pos = call * self.batch_size + np.arange(n_walks)
+        pos = self.walks_started + np.arange(n_walks)
+        self.walks_started += n_walks
         out = np.empty(n_walks, np.int64)
         for rnd in np.unique(pos // n):
             perm = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(int(rnd),))).permutation(n)
@@ -145,9 +149,9 @@ class ContextSampler:
             out[sel] = self.starts[perm[pos[sel] % n]]
         return out
 
-    def _graph_pairs(self, m: int, call: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _graph_pairs(self, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         n_walks = -(-m // self.pairs_per_walk)
-        walks = self.random_walks(self._walk_starts(n_walks, call, rng), rng)
+        walks = self.random_walks(self._walk_starts(n_walks, rng), rng)
         rows = np.repeat(np.arange(n_walks), self.pairs_per_walk)[:m]
         if self.window_pairs is not None:
             pos, other = (np.tile(a, n_walks)[:m] for a in self.window_pairs)
@@ -176,7 +180,7 @@ class ContextSampler:
         i = np.empty(b, np.int64)
         c = np.empty(b, np.int64)
         ng = int(use_graph.sum())
-        i[use_graph], c[use_graph] = self._graph_pairs(ng, call, rng)
+        i[use_graph], c[use_graph] = self._graph_pairs(ng, rng)
         if ng < b:
             i[~use_graph], c[~use_graph] = self._label_pairs(b - ng, rng)
         positive = rng.random(b) < self.r1
