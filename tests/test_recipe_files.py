@@ -28,6 +28,17 @@ def test_npy_corpus_trains_with_a_holdout_and_saves_its_id_vocabulary(tmp_path):
     assert model.config.n_token == len(vocab) == int(ids.max()) + 1
 
 
+@pytest.mark.parametrize("holdout, test_split, match", [("0.0001", "null", "holdout 0.0001 of 400 tokens leaves 0"),
+                                                       ("0.25", "test", "set data.test_split null")])
+def test_holdout_errors_name_the_field(tmp_path, holdout, test_split, match):
+    np.save(tmp_path / "ids.npy", np.arange(400) % 30)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.replace("CORPUS", str(tmp_path / "ids.npy")).replace("holdout: 0.25", f"holdout: {holdout}")
+                      .replace("test_split: null", f"test_split: {test_split}"))
+    with pytest.raises(ConfigError, match=match):
+        run_recipe(recipe, out_dir=tmp_path / "out", progress=False)
+
+
 def test_holdout_is_refused_for_a_corpus_with_its_own_splits(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE.replace("CORPUS", "ptb").replace("test_split: null", "test_split: test"))

@@ -137,12 +137,16 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
     corpus = load_corpus(cfg.data.corpus, vocab_cfg=vocab_cfg)
     if cfg.data.holdout:
         tokens = corpus.splits["all"]
-        cut = len(tokens) - int(len(tokens) * cfg.data.holdout)
-        corpus.splits = {"train": tokens[:cut], "valid": tokens[cut:]}
+        held = int(len(tokens) * cfg.data.holdout)
+        if held < 2 or len(tokens) - held < 2:
+            raise ConfigError(f"data.holdout {cfg.data.holdout} of {len(tokens)} tokens leaves {held} for validation "
+                              f"and {len(tokens) - held} for training", "pick a fraction that leaves both at least 2")
+        corpus.splits = {"train": tokens[:-held], "valid": tokens[-held:]}
     for split in (cfg.data.train_split, cfg.data.valid_split, cfg.data.test_split):
         if split is not None and split not in corpus.splits:
-            raise ConfigError(f"corpus '{cfg.data.corpus}' has no split '{split}' (it has {sorted(corpus.splits)})",
-                              "set data.train_split / data.valid_split / data.test_split to existing splits")
+            fix = "set data.test_split null: with data.holdout the splits are train and valid" if cfg.data.holdout \
+                else "set data.train_split / data.valid_split / data.test_split to existing splits"
+            raise ConfigError(f"corpus '{cfg.data.corpus}' has no split '{split}' (it has {sorted(corpus.splits)})", fix)
     vocab = corpus.vocab
     model_cfg = build_model_config(cfg.model, len(vocab))
     seed_everything(seed)
