@@ -1,8 +1,8 @@
 """genfeat: generative feature learning on current PyTorch.
 
-Transformer-XL, XLNet, GPT- and BERT-style pretraining and fine-tuning, ELMo and word2vec baselines,
-and semi-supervised learners (complement GAN, GDAN, Planetoid), organised as backbone + generative
-loss + target loss + schedule (see DESIGN.md).
+Methods are organised as backbone + generative loss + target loss + schedule (see DESIGN.md).
+Implemented: Transformer-XL and Planetoid (with the Table 3.6 baselines); XLNet, GPT, BERT, ELMo,
+word2vec, the complement GAN and GDAN are planned on the same spine.
 """
 
 __version__ = "0.1.0"
