@@ -53,6 +53,21 @@ def test_resume_after_kill_ends_with_identical_parameters(tmp_path):
     assert logged(tmp_path / "run") == logged(tmp_path / "full")
 
 
+def test_resuming_a_finished_run_repeats_nothing(tmp_path):
+    def evaluate(m):
+        return {"score": float(sum(p.double().sum() for p in m.parameters()))}
+
+    model, phases, cfg = build()
+    first = Trainer(model, phases, cfg, evaluate, out_dir=tmp_path).fit()
+    before, weights = logged(tmp_path), (tmp_path / "last" / ckpt.MODEL_FILE).read_bytes()
+    assert [r["step"] for r in before if r.get("event") == "eval"] == [5, 5 + STEPS]
+    model, phases, cfg = build()
+    again = Trainer(model, phases, cfg, evaluate, out_dir=tmp_path, resume_from=tmp_path / "last").fit()
+    assert logged(tmp_path) == before, "the final evaluation must not be logged a second time"
+    assert (tmp_path / "last" / ckpt.MODEL_FILE).read_bytes() == weights
+    assert again.final_metrics == first.final_metrics and again.steps == first.steps
+
+
 def logged(out):
     """The metrics log without its timings."""
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

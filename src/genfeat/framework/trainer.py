@@ -392,6 +392,11 @@ class Trainer:
                 # Checkpoints written before per-rank RNG states hold one state (a dict).
                 set_rng_state(rng[self.dist.rank] if isinstance(rng, list) else rng)
                 start = phase_step
+                if start >= phase.steps:
+                    # the checkpoint the end of this (last) phase wrote: its evaluation, best-state
+                    # restore and checkpoint are done already, and repeating them would log them twice
+                    resume_state = None
+                    continue
             else:
                 tracker.pop("best_value", None)
                 tracker.pop("best_state", None)
