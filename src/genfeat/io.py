@@ -21,7 +21,15 @@ from typing import Any, Iterator
 
 
 def _umask() -> int:
-    """The process umask (it can only be read by setting it, so it is set back at once)."""
+    """The process umask: from /proc on Linux; elsewhere it can only be read by setting it, which is
+    set back at once (another thread creating a file meanwhile would get mode bits unmasked)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
