@@ -192,7 +192,6 @@ def cmd_export(args: argparse.Namespace, extra: list[str]) -> None:
 
 def _no_extra(extra: list[str]) -> None:
     if extra:
-
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
 
 
