@@ -33,6 +33,7 @@ class FileSpec:
         sha1: the file's SHA-1, checked instead when no sha256 is published (WikiText's files).
         git_blob: the file's git blob id (SHA-1 of ``blob <size>\0`` + content), checked when only
             the id of the file in a public repository is known.
+        md5: the file's MD5, checked when it is the only published digest (SVHN, CIFAR-10).
     """
 
     relpath: str
@@ -42,6 +43,7 @@ class FileSpec:
     archive_member: str | None = None
     sha1: str | None = None
     git_blob: str | None = None
+    md5: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def data_root() -> Path:
 
 
 def digest_of(path: Path, algorithm: str = "sha256") -> str:
-    """Hex digest of a file: ``sha256``, ``sha1`` or ``git-blob`` (git's object id of the file)."""
+    """Hex digest of a file: ``sha256``, ``sha1``, ``md5`` or ``git-blob`` (git's object id of the file)."""
     if algorithm == "git-blob":
         h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     else:
@@ -99,7 +101,8 @@ def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
         raise DataError(f"'{name}' has {stat.st_size} bytes, expected {spec.size}",
                         f"the file is truncated or another version; delete it and fetch it again from {spec.url}")
     algorithm, expected = next(((a, v) for a, v in (("sha256", spec.sha256), ("sha1", spec.sha1),
-                                                      ("git-blob", spec.git_blob)) if v), (None, None))
+                                                      ("git-blob", spec.git_blob), ("md5", spec.md5)) if v),
+                           (None, None))
     if expected is None:
         return
     key = (str(path), stat.st_size, stat.st_mtime)
