@@ -12,5 +12,6 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   # torch first and pinned, so the project's torch range is already satisfied by the CPU wheel.
   .venv/bin/pip install -q "torch==2.13.0"
 fi
-extras=${GENFEAT_EXTRAS:-test,graph}
+# tensorboard: so the TensorBoard test runs in CI instead of being skipped
+extras=${GENFEAT_EXTRAS:-test,graph,tensorboard}
 .venv/bin/pip install -q -e ".[${extras}]"
