@@ -21,10 +21,17 @@ from .framework.checkpoint import CONFIG_FILE, load_weights, read_config, save_c
 # architecture -> (module, config class, model class)
 ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "transformer_xl": ("genfeat.models.transformer_xl", "TransformerXLConfig", "TransformerXLLMHeadModel"),
+    "bert": ("genfeat.models.bert", "BertConfig", "BertForMaskedLM"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {
     "transfo-xl": ("genfeat.interop.hf_transfo_xl", "load_hf_transfo_xl"),
+    "bert": ("genfeat.interop.hf_bert", "load_hf_bert"),
+}
+# genfeat architecture -> (interop module, function writing a Hugging Face directory)
+HF_SAVERS: dict[str, tuple[str, str]] = {
+    "transformer_xl": ("genfeat.interop.hf_transfo_xl", "save_hf_transfo_xl"),
+    "bert": ("genfeat.interop.hf_bert", "save_hf_bert"),
 }
 VOCAB_FILE = "vocab.json"
 
@@ -94,13 +101,13 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
     path = Path(path)
     if hf:
         arch = architecture_of(model)
-        if arch != "transformer_xl":
+        if arch not in HF_SAVERS:
             raise CheckpointError(f"saving {arch} in Hugging Face format is not supported", "save a genfeat checkpoint")
-        from .interop.hf_transfo_xl import save_hf_transfo_xl
         from .io import atomic_dir
 
+        module, fn = HF_SAVERS[arch]
         with atomic_dir(path) as tmp:
-            save_hf_transfo_xl(model, tmp)
+            getattr(importlib.import_module(module), fn)(model, tmp)
             if vocab is not None:
                 vocab.save(tmp / VOCAB_FILE)
         return path

@@ -1,6 +1,7 @@
 """Position-wise feed-forward block of the Transformer layer (Vaswani et al. 2017, Eq. 2; thesis §2.1.2):
 
-FF(x) = W2 · drop(ReLU(W1 x + b1)) + b2, applied to every position independently.
+FF(x) = W2 · drop(ReLU(W1 x + b1)) + b2, applied to every position independently (BERT and XLNet
+use GELU in place of ReLU).
 
 The inner activation [n, d_inner] is the largest tensor a layer keeps for its backward pass (four
 times the width of everything else at d_inner = 4 d). With ``recompute=True`` the block keeps
@@ -21,13 +22,16 @@ from torch import Tensor, nn
 from .precision import accumulation_dtype, compute_dtype
 
 
-def _inner(x: Tensor, w1: Tensor, b1: Tensor, p_drop: float, keep: Tensor | None) -> tuple[Tensor, Tensor | None]:
-    """drop(ReLU(x W1^T + b1)) [n, d_inner] and the dropout keep-mask (drawn when ``keep`` is None).
+def _inner(x: Tensor, w1: Tensor, b1: Tensor, p_drop: float, keep: Tensor | None,
+           activation: str = "relu") -> tuple[Tensor, Tensor | None]:
+    """drop(act(x W1^T + b1)) [n, d_inner] and the dropout keep-mask (drawn when ``keep`` is None).
 
     ReLU runs in place on the product's own buffer (the product's backward does not need it); the
-    mask is applied out of place because ReLU's backward reads ReLU's output.
+    mask is applied out of place because ReLU's backward reads ReLU's output. GELU (exact, erf
+    form) needs its input for the backward pass, so it runs out of place.
     """
-    inner = F.relu(F.linear(x, w1, b1), inplace=True)
+    inner = F.linear(x, w1, b1)
+    inner = F.relu(inner, inplace=True) if activation == "relu" else F.gelu(inner)
     if p_drop > 0:
         if keep is None:
             keep = torch.empty_like(inner, dtype=torch.bool).bernoulli_(1.0 - p_drop)
@@ -80,11 +84,19 @@ class PositionwiseFeedForward(nn.Module):
         d_model: width d of x.
         d_inner: inner width.
         dropout: dropout on the inner activation.
-        recompute: recompute the inner activation in backward instead of storing it (module doc).
+        recompute: recompute the inner activation in backward instead of storing it (module doc;
+            ReLU only).
+        activation: ``relu`` (default) or ``gelu``.
     """
 
-    def __init__(self, d_model: int, d_inner: int, dropout: float, recompute: bool = False):
+    def __init__(self, d_model: int, d_inner: int, dropout: float, recompute: bool = False,
+                 activation: str = "relu"):
         super().__init__()
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        if recompute and activation != "relu":
+            raise ValueError("recompute=True needs activation 'relu' (its backward pass uses ReLU's derivative)")
+        self.activation = activation
         self.fc1 = nn.Linear(d_model, d_inner)
         self.fc2 = nn.Linear(d_inner, d_model)
         self.drop = nn.Dropout(dropout)
@@ -97,5 +109,5 @@ class PositionwiseFeedForward(nn.Module):
             out = _RecomputedFeedForward.apply(flat, self.fc1.weight, self.fc1.bias, self.fc2.weight,
                                                self.fc2.bias, p_drop)
         else:
-            out = self.fc2(_inner(flat, self.fc1.weight, self.fc1.bias, p_drop, None)[0])
+            out = self.fc2(_inner(flat, self.fc1.weight, self.fc1.bias, p_drop, None, self.activation)[0])
         return self.drop(out).view(*x.shape[:-1], -1)
