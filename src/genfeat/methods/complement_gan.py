@@ -1,0 +1,371 @@
+"""Complement ("bad") GAN runner (thesis §3.1; Dai, Yang et al. 2017): semi-supervised image
+classification by a (K+1)-class discriminator and a generator of complement samples, trained in turn
+(one discriminator step, then one generator step, each with its own optimizer), and the pretraining of
+the PixelCNN++ density model that the low-density term uses.
+
+Recipes: ``method: complement_gan`` + the fields of :class:`ComplementGANRecipe` (Table 3.2's rows are
+the term switches), ``method: pixelcnn`` + those of :class:`PixelCNNRecipe`.
+
+The figure of a run is ``test_errors``, the number of misclassified test images (out of 10,000 for
+MNIST) of the discriminator at the end of training (no model selection: MNIST-100 has no validation
+set). Every evaluation's count is also in ``metrics.jsonl`` (``test_errors``), so the number is traceable.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import from_dict, to_dict
+from ..errors import CheckpointError, ConfigError
+from ..framework import OptimConfig, TrainConfig, Trainer
+from ..framework.checkpoint import load_weights, read_config, resume_dir, save_checkpoint
+from ..framework.schedule import OptimSpec, Term, alternating
+from ..framework.stream import TensorStream
+from ..io import atomic_path, write_json_atomic
+from ..models.complement_gan import ComplementGAN, ComplementGANConfig, data_init
+from ..models.pixelcnn import PixelCNN, PixelCNNConfig
+from ..objectives.complement_gan import DensityObjective, DiscriminatorObjective, GeneratorObjective
+from ..runner import register_method
+
+DATASETS = ("mnist", "svhn", "cifar10", "synthetic_2d")
+
+
+def _train_defaults(**kw: Any) -> TrainConfig:
+    return TrainConfig(**{"device": "cpu", "threads": 1, "log_every": 100, **kw})
+
+
+@dataclass
+class ComplementGANRecipe:
+    """Complement GAN on a balanced labelled subset; defaults: the released MNIST trainer (batch 100,
+    Adam D lr 3e-3 betas (0.5, 0.9999), G lr 1e-3 betas (0, 0.9999), FM on the last hidden layer, w_u = w_g = 1/2)."""
+
+    dataset: Literal["mnist", "svhn", "cifar10", "synthetic_2d"] = "mnist"
+    """Image dataset, or the 2-D case study of §3.1.4 (two half-moons in the unit square)."""
+    labelled: int = 100
+    """Labelled training examples, balanced over the classes and chosen by the seed (MNIST 100, SVHN
+    1,000, CIFAR-10 4,000)."""
+    model: ComplementGANConfig = field(default_factory=ComplementGANConfig)
+    """The networks (image_shape and num_classes must match the dataset)."""
+    labelled_batch: int = 100
+    """Labelled examples per discriminator step (capped at ``labelled``)."""
+    unlabelled_batch: int = 100
+    """Unlabelled examples per step, and generated examples per step."""
+    steps: int = 24000
+    """Optimizer steps in all (discriminator and generator steps alternate, so steps / 2 of each)."""
+    d_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=3e-3, betas=(0.5, 0.9999)))
+    """Discriminator optimizer."""
+    g_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=1e-3, betas=(0.0, 0.9999)))
+    """Generator (and encoder) optimizer."""
+    supervised_only: bool = False
+    """Train the discriminator on the labelled examples alone (the baseline: no unlabelled or generated data)."""
+    unlabelled_weight: float = 0.5
+    """w_u of Eq. (3.6)."""
+    generated_weight: float = 0.5
+    """w_g of Eq. (3.6)."""
+    entropy_weight: float = 0.0
+    """w_e, the conditional-entropy term of Eq. (3.6) (Table 3.2's +Ent; 0: off)."""
+    feature_matching: bool = True
+    """The FM term of Eq. (3.5)."""
+    pt_weight: float = 0.0
+    """Pull-away entropy term (FM+PT; 0: off)."""
+    vi_weight: float = 0.0
+    """Variational entropy term (FM+VI; 0: off; turns model.encoder on)."""
+    ld_weight: float = 0.0
+    """Low-density term (FM+LD; 0: off; needs density_checkpoint)."""
+    density_checkpoint: str = ""
+    """Directory of the pretrained PixelCNN++ (a ``pixelcnn`` recipe's OUT/final)."""
+    ld_centile: float = 10.0
+    """q: ε is the q-th centile of log p over ld_reference unlabelled training images (Table 3.2 varies it)."""
+    ld_reference: int = 2000
+    """Unlabelled training images whose log p set ε (drawn by the seed)."""
+    ld_batch: int = 30
+    """Generated images scored by the density model at an LD step."""
+    ld_every: int = 10
+    """An LD step every this many generator steps."""
+    ld_start: int = 0
+    """Generator steps before the first LD step."""
+    init_batch: int = 500
+    """Unlabelled images of the weight-norm data-dependent initialisation."""
+    samples_png: str = ""
+    """When set, write a 10 x 10 grid of generated samples (Fig. 3.6) to this PNG."""
+    figures_dir: str = ""
+    """synthetic_2d: write the case study's figures (Figs. 3.2-3.5 analogue) into this directory."""
+    train: TrainConfig = field(default_factory=lambda: _train_defaults(eval_every=1200, save_every=1200))
+    """The loop (eval_every: steps between test-error evaluations, logged to metrics.jsonl)."""
+
+    def __post_init__(self):
+        for name in ("labelled", "labelled_batch", "unlabelled_batch", "init_batch", "ld_batch", "ld_every",
+                     "ld_reference"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 0 or self.ld_start < 0:
+            raise ValueError(f"steps and ld_start must be >= 0, got {self.steps}, {self.ld_start}")
+        if not 0 < self.ld_centile <= 100:
+            raise ValueError(f"ld_centile must be in (0, 100], got {self.ld_centile}")
+        if self.ld_weight and not self.density_checkpoint:
+            raise ValueError("ld_weight needs density_checkpoint (train one with recipes/complement_gan/pixelcnn_mnist.yaml)")
+        if self.vi_weight and not self.model.encoder:
+            self.model = replace(self.model, encoder=True)
+        if not self.supervised_only and not (self.feature_matching or self.pt_weight or self.vi_weight):
+            raise ValueError("the generator needs feature_matching, pt_weight or vi_weight")
+
+
+@dataclass
+class ImageSplits:
+    """Float images in the model's pixel range: labelled (with labels), unlabelled, test (with labels)."""
+
+    x_lab: torch.Tensor
+    y_lab: torch.Tensor
+    x_unl: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+
+def two_moons(n: int, seed: int, noise: float = 0.06) -> tuple[np.ndarray, np.ndarray]:
+    """n points of two interleaved half-moons scaled into [0.1, 0.9]², labels 0/1; (n, 2) float32, (n,) int64."""
+    rng = np.random.RandomState(seed)
+    y = rng.randint(0, 2, n)
+    t = rng.uniform(0, np.pi, n)
+    x = np.where(y[:, None] == 0, np.c_[np.cos(t), np.sin(t)], np.c_[1 - np.cos(t), 0.5 - np.sin(t)])
+    x = x + noise * rng.randn(n, 2)
+    return ((x - [-1.2, -0.7]) / [3.4, 2.4] * 0.8 + 0.1).astype(np.float32), y.astype(np.int64)
+
+
+def load_splits(cfg: ComplementGANRecipe, seed: int) -> ImageSplits:
+    """The labelled subset (balanced, by ``seed``), the unlabelled set (all training images) and the test set."""
+    from ..data.images import balanced_subset, load_images
+
+    if cfg.dataset == "synthetic_2d":
+        x, y = two_moons(1000, seed=1000 + seed)
+        xt, yt = two_moons(1000, seed=5000 + seed)
+        x, xt = x.reshape(-1, 1, 1, 2), xt.reshape(-1, 1, 1, 2)
+        k, scale = 2, (lambda a: torch.from_numpy(a))
+    else:
+        train, test = load_images(cfg.dataset, "train"), load_images(cfg.dataset, "test")
+        x, y, xt, yt, k = train.images, train.labels, test.images, test.labels, train.num_classes
+        lo, hi = cfg.model.pixel_range
+        scale = lambda a: torch.tensor(a, dtype=torch.float32) / 255.0 * (hi - lo) + lo  # noqa: E731
+    if tuple(x.shape[1:]) != tuple(cfg.model.image_shape) or k != cfg.model.num_classes:
+        raise ConfigError(f"model.image_shape {tuple(cfg.model.image_shape)} / num_classes {cfg.model.num_classes} "
+                          f"do not fit {cfg.dataset} ({tuple(x.shape[1:])}, {k} classes)",
+                          f"set model.image_shape {list(x.shape[1:])} and model.num_classes {k}")
+    idx = balanced_subset(y, cfg.labelled, k, seed)
+    x_all = scale(x)
+    return ImageSplits(x_all[idx], torch.from_numpy(y[idx]), x_all, scale(xt), torch.from_numpy(yt))
+
+
+class PairedStream:
+    """Labelled and unlabelled minibatches together, ``{"x_lab", "y_lab", "x_unl"}`` (the discriminator step's
+    batch), each from its own resumable :class:`TensorStream`."""
+
+    def __init__(self, labelled: TensorStream, unlabelled: TensorStream):
+        self.labelled, self.unlabelled = labelled, unlabelled
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        return {**next(self.labelled), **next(self.unlabelled)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"labelled": self.labelled.state_dict(), "unlabelled": self.unlabelled.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.labelled.load_state_dict(state["labelled"])
+        self.unlabelled.load_state_dict(state["unlabelled"])
+
+    def shard(self, rank: int, world: int) -> None:
+        self.labelled.shard(rank, world)
+        self.unlabelled.shard(rank, world)
+
+
+@torch.no_grad()
+def count_errors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> int:
+    """Misclassified examples of the discriminator's K-way argmax (in evaluation mode: no noise, no dropout)."""
+    was = model.training
+    model.eval()
+    wrong = sum(int((model(x[i:i + batch]).logits.argmax(-1) != y[i:i + batch]).sum()) for i in range(0, len(x), batch))
+    model.train(was)
+    return wrong
+
+
+def load_density(path: str | Path, image_shape: tuple[int, ...]) -> PixelCNN:
+    """The frozen PixelCNN++ of checkpoint ``path``.
+
+    Raises:
+        CheckpointError: not a PixelCNN checkpoint, or trained on images of another shape.
+    """
+    saved = read_config(path)
+    if saved.get("architecture") != "pixelcnn":
+        raise CheckpointError(f"'{path}' holds a '{saved.get('architecture')}' model, not a PixelCNN++ density model",
+                              "set density_checkpoint to the final/ directory of a pixelcnn recipe's run")
+    cfg = from_dict(PixelCNNConfig, saved["model"], "density")
+    if tuple(cfg.image_shape) != tuple(image_shape):
+        raise CheckpointError(f"density model '{path}' was trained on images of shape {tuple(cfg.image_shape)}, "
+                              f"this run's are {tuple(image_shape)}",
+                              "train a PixelCNN++ on this dataset (a pixelcnn recipe) and point density_checkpoint at it")
+    model = PixelCNN(cfg)
+    load_weights(path, model, saved)
+    model.eval().requires_grad_(False)
+    return model
+
+
+@torch.no_grad()
+def log_probs(density: PixelCNN, x: torch.Tensor, pixel_range: tuple[float, float], batch: int = 200) -> torch.Tensor:
+    """log p(x) in nats per image under the density model; x (n, c, h, w) in ``pixel_range`` -> (n,)."""
+    lo, hi = pixel_range
+    return torch.cat([density.log_prob((x[i:i + batch] - lo) / (hi - lo) * 2 - 1) for i in range(0, len(x), batch)])
+
+
+def save_grid(images: torch.Tensor, path: str | Path, pixel_range: tuple[float, float], nrow: int = 10) -> None:
+    """A nrow-wide grid of images (n, c, h, w) as a PNG (Pillow), written atomically."""
+    from PIL import Image
+
+    lo, hi = pixel_range
+    x = ((images.clamp(lo, hi) - lo) / (hi - lo) * 255).round().byte().permute(0, 2, 3, 1).numpy()
+    n, h, w, c = x.shape
+    rows = -(-n // nrow)
+    grid = np.zeros((rows * (h + 2) + 2, nrow * (w + 2) + 2, c), np.uint8)
+    for i in range(n):
+        r, q = divmod(i, nrow)
+        grid[2 + r * (h + 2):2 + r * (h + 2) + h, 2 + q * (w + 2):2 + q * (w + 2) + w] = x[i]
+    image = Image.fromarray(grid[..., 0] if c == 1 else grid).resize((grid.shape[1] * 3, grid.shape[0] * 3),
+                                                                      Image.NEAREST)
+    with atomic_path(Path(path)) as tmp:
+        image.save(tmp, format="PNG")
+
+
+def build(cfg: ComplementGANRecipe, seed: int, data: ImageSplits, density: PixelCNN | None = None,
+          epsilon: float | None = None):
+    """The networks (weight norm initialised from data) and the alternating D/G schedule.
+
+    Returns:
+        (model, phases).
+    """
+    torch.manual_seed(seed)
+    model = ComplementGAN(cfg.model)
+    g = torch.Generator().manual_seed(seed)
+    data_init(model.discriminator, data.x_unl[torch.randperm(len(data.x_unl), generator=g)[:cfg.init_batch]])
+    labelled = TensorStream({"x_lab": data.x_lab, "y_lab": data.y_lab}, min(cfg.labelled_batch, len(data.y_lab)),
+                            seed=seed)
+    d_spec = OptimSpec(cfg.d_optim, lambda m: m.discriminator.parameters())
+    if cfg.supervised_only:
+        d_term = Term(DiscriminatorObjective(0.0, 0.0, 0.0), labelled)
+        return model, alternating([(d_term, 1, d_spec)], cfg.steps)
+    d_stream = PairedStream(labelled, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=seed + 1))
+    d_term = Term(DiscriminatorObjective(cfg.unlabelled_weight, cfg.generated_weight, cfg.entropy_weight), d_stream)
+    g_obj = GeneratorObjective(cfg.feature_matching, cfg.pt_weight, cfg.vi_weight, cfg.ld_weight, density, epsilon,
+                               cfg.ld_batch, cfg.ld_every, cfg.ld_start)
+    g_term = Term(g_obj, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=seed + 2))
+    g_spec = OptimSpec(cfg.g_optim, ComplementGAN.generator_parameters)
+    return model, alternating([(d_term, 1, d_spec), (g_term, 1, g_spec)], cfg.steps)
+
+
+@register_method("complement_gan", ComplementGANRecipe)
+def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    data = load_splits(cfg, seed)
+    density = epsilon = None
+    if cfg.density_checkpoint:
+        density = load_density(cfg.density_checkpoint, cfg.model.image_shape)
+        g = torch.Generator().manual_seed(seed)
+        reference = data.x_unl[torch.randperm(len(data.x_unl), generator=g)[:cfg.ld_reference]]
+        epsilon = float(np.percentile(log_probs(density, reference, cfg.model.pixel_range).numpy(), cfg.ld_centile))
+    model, phases = build(cfg, seed, data, density, epsilon)
+    evaluate = lambda m: {"test_errors": count_errors(m, data.x_test, data.y_test)}  # noqa: E731
+    tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    ckpt = {"architecture": "complement_gan", "model": to_dict(cfg.model), "recipe": to_dict(cfg)}
+    trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from)
+    t0 = time.time()
+    result = trainer.fit()
+    seconds = time.time() - t0
+    if result.interrupted:
+        return {"steps": result.steps, "train_seconds": seconds, "interrupted": 1.0}
+    errors = count_errors(model, data.x_test, data.y_test)
+    figures: dict[str, float] = {"test_errors": errors, "test_error_rate": errors / len(data.y_test),
+                                 "test_examples": len(data.y_test), "steps": result.steps, "train_seconds": seconds}
+    if epsilon is not None:
+        figures["ld_epsilon"] = epsilon
+    model.eval()
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        _, samples = model.generate(100)
+    if density is not None:
+        figures["max_logp_generated"] = float(log_probs(density, samples, cfg.model.pixel_range).max())
+    if cfg.samples_png and cfg.dataset != "synthetic_2d":
+        save_grid(samples, cfg.samples_png, cfg.model.pixel_range)
+    if cfg.figures_dir and cfg.dataset == "synthetic_2d":
+        plot_case_study(model, data, Path(cfg.figures_dir), seed)
+    if out_dir is not None:
+        write_json_atomic(Path(out_dir) / "results.json", figures)
+    return figures
+
+
+@dataclass
+class PixelCNNRecipe:
+    """PixelCNN++ density model trained on the unlabelled training images (the LD term's p(x)); the
+    checkpoint OUT/final is what ``density_checkpoint`` names."""
+
+    dataset: Literal["mnist", "svhn", "cifar10"] = "mnist"
+    """Image dataset (all its training images, labels unused)."""
+    model: PixelCNNConfig = field(default_factory=PixelCNNConfig)
+    """The network (image_shape must match the dataset)."""
+    batch_size: int = 32
+    """Images per step."""
+    steps: int = 3000
+    """Optimizer steps."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=1e-3, betas=(0.95, 0.9995)))
+    """Optimizer (the PixelCNN++ paper's Adam betas)."""
+    eval_images: int = 1000
+    """Test images whose mean log p is reported (bits per dimension)."""
+    train: TrainConfig = field(default_factory=lambda: _train_defaults(save_every=500))
+    """The loop."""
+
+    def __post_init__(self):
+        if min(self.batch_size, self.eval_images) < 1 or self.steps < 0:
+            raise ValueError("batch_size and eval_images must be >= 1 and steps >= 0")
+
+
+def _bits_per_dim(model: PixelCNN, x: torch.Tensor) -> float:
+    return float(-log_probs(model, x, (-1.0, 1.0)).mean()) / (x[0].numel() * np.log(2))
+
+
+@register_method("pixelcnn", PixelCNNRecipe)
+def run_pixelcnn(cfg: PixelCNNRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+                 resume: bool = False) -> dict[str, float]:
+    from ..data.images import load_images
+    from ..framework.schedule import one_phase
+
+    train, test = load_images(cfg.dataset, "train"), load_images(cfg.dataset, "test")
+    if tuple(train.images.shape[1:]) != tuple(cfg.model.image_shape):
+        raise ConfigError(f"model.image_shape {tuple(cfg.model.image_shape)} does not fit {cfg.dataset} "
+                          f"({tuple(train.images.shape[1:])})", f"set model.image_shape {list(train.images.shape[1:])}")
+    scale = lambda a: torch.tensor(a, dtype=torch.float32) / 127.5 - 1  # noqa: E731
+    x_test = scale(test.images[: cfg.eval_images])
+    torch.manual_seed(seed)
+    model = PixelCNN(cfg.model)
+    stream = TensorStream({"x": scale(train.images)}, cfg.batch_size, seed=seed)
+    tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
+    ckpt = {"architecture": "pixelcnn", "model": to_dict(cfg.model)}
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    trainer = Trainer(model, one_phase(DensityObjective(), stream, cfg.steps, cfg.optim), tcfg,
+                      lambda m: {"test_bpd": _bits_per_dim(m, x_test)}, out_dir, ckpt, resume_from=resume_from)
+    t0 = time.time()
+    result = trainer.fit()
+    if result.interrupted:
+        return {"steps": result.steps, "train_seconds": time.time() - t0, "interrupted": 1.0}
+    model.eval()
+    figures = {"test_bpd": _bits_per_dim(model, x_test), "steps": result.steps, "train_seconds": time.time() - t0,
+               "params": sum(p.numel() for p in model.parameters())}
+    if out_dir is not None:
+        save_checkpoint(Path(out_dir) / "final", model, None, ckpt)
+        write_json_atomic(Path(out_dir) / "results.json", figures)
+    return figures
