@@ -22,16 +22,19 @@ from .framework.checkpoint import CONFIG_FILE, load_weights, read_config, save_c
 ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "transformer_xl": ("genfeat.models.transformer_xl", "TransformerXLConfig", "TransformerXLLMHeadModel"),
     "bert": ("genfeat.models.bert", "BertConfig", "BertForMaskedLM"),
+    "xlnet": ("genfeat.models.xlnet", "XLNetConfig", "XLNetLMHeadModel"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {
     "transfo-xl": ("genfeat.interop.hf_transfo_xl", "load_hf_transfo_xl"),
     "bert": ("genfeat.interop.hf_bert", "load_hf_bert"),
+    "xlnet": ("genfeat.interop.hf_xlnet", "load_hf_xlnet"),
 }
 # genfeat architecture -> (interop module, function writing a Hugging Face directory)
 HF_SAVERS: dict[str, tuple[str, str]] = {
     "transformer_xl": ("genfeat.interop.hf_transfo_xl", "save_hf_transfo_xl"),
     "bert": ("genfeat.interop.hf_bert", "save_hf_bert"),
+    "xlnet": ("genfeat.interop.hf_xlnet", "save_hf_xlnet"),
 }
 VOCAB_FILE = "vocab.json"
 

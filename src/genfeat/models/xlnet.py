@@ -1,0 +1,278 @@
+"""XLNet (Yang et al. 2019; thesis §2.2): a Transformer-XL backbone with two-stream attention.
+
+Each layer runs two streams that share every weight (Eq. 2.4):
+
+- the content stream h_i, started from the word embedding of x_i, attends to the memory and to
+  the content states of the positions the permutation lets position i see, *including itself*;
+- the query stream g_i, started from one trainable vector w (``mask_emb``), attends to the same
+  keys but *not* to position i itself: it knows the position z_t it predicts (through the
+  relative encodings) but not the token x_{z_t}.
+
+The query stream exists only in pretraining and only for the predicted positions: it is given by
+``target_mapping`` [b, n, t] (row p one-hot at the position of the p-th prediction), its states
+are [b, n, d], and the LM head (tied to the word embeddings, plus a bias) is applied to those n
+states only. Attention itself is the relative attention of Transformer-XL
+(``genfeat.nn.attention``, Eq. 2.3) with bidirectional relative positions (distances k .. -t+1)
+and XLNet's relative segment encodings: (q_i + b)^T s_ij with s_ij = s+ when positions i and j
+are in the same segment and s- otherwise. The memory of earlier segments (``mems``, ``mem_len``,
+``reuse_len``) is visible to every query.
+
+The forward pass takes Hugging Face's named inputs (``input_ids``, ``perm_mask``,
+``target_mapping``, ``token_type_ids``, ``attention_mask``, ``mems``) with the same meaning as
+``transformers.XLNetLMHeadModel``, so the two can be compared directly (genfeat.interop.hf_xlnet
+converts weights both ways). Differences: ``mems`` are [b, m, d] (HF: [m, b, d]); a query row
+whose every key is blocked attends to nothing (zero attention output) where HF averages all
+values uniformly; ``mem_len`` 0 keeps no memory (HF's ``mem_len=None`` keeps all states).
+
+Axes: b batch, t segment length, m memory length, k = m + t key length, n predicted positions,
+d model width, h heads, e head width, V vocabulary, L layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from ..nn.adaptive import check_ids
+from ..nn.attention import RelativeMultiHeadAttention, sinusoid
+from ..nn.feedforward import PositionwiseFeedForward
+
+
+@dataclass
+class XLNetConfig:
+    """Architecture of an XLNet language model (HF ``XLNetConfig`` names in parentheses)."""
+
+    n_token: int = 32000
+    """Vocabulary size V (vocab_size)."""
+    d_model: int = 256
+    """Model width d."""
+    n_layer: int = 4
+    """Number of layers L."""
+    n_head: int = 4
+    """Attention heads h."""
+    d_head: int = 64
+    """Head width e (HF requires d_model / n_head)."""
+    d_inner: int = 1024
+    """Feed-forward inner width."""
+    ff_activation: Literal["gelu", "relu"] = "gelu"
+    """Feed-forward activation (gelu: the exact, erf form)."""
+    dropout: float = 0.1
+    """Dropout on embeddings, relative encodings, sub-layer outputs and the final states."""
+    dropatt: float = 0.1
+    """Dropout on attention probabilities (HF uses ``dropout`` for both)."""
+    mem_len: int = 0
+    """Memory length m returned for the next segment (0: no memory)."""
+    reuse_len: int | None = None
+    """Only the first reuse_len positions of a segment enter the memory (None: all of them); in
+    pretraining the rest of the segment is new text that the next segment does not continue."""
+    clamp_len: int = -1
+    """Use the same encoding for all distances beyond +-clamp_len (-1: never clamp)."""
+    checkpoint_layers: bool = False
+    """Recompute each layer in the backward pass instead of storing its activations."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation (initializer_range)."""
+    layer_norm_epsilon: float = 1e-12
+    """Layer-norm epsilon (layer_norm_eps)."""
+
+    def __post_init__(self):
+        if min(self.n_token, self.d_model, self.n_layer, self.n_head, self.d_head, self.d_inner) < 1:
+            raise ValueError("n_token, d_model, n_layer, n_head, d_head and d_inner must be positive")
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even for sinusoid encodings, got {self.d_model}")
+        if self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {self.mem_len}")
+        if self.reuse_len is not None and self.reuse_len < 1:
+            raise ValueError(f"reuse_len must be None or >= 1, got {self.reuse_len}")
+        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.dropatt < 1.0:
+            raise ValueError("dropout and dropatt must be in [0, 1)")
+
+
+@dataclass
+class XLNetOutput:
+    logits: Tensor
+    """[b, n, V] LM logits at the predicted positions (query stream); without ``target_mapping``,
+    [b, t, V] at every position (content stream)."""
+    hidden: Tensor
+    """[b, n, d] (or [b, t, d]) the last-layer states the logits come from."""
+    mems: list[Tensor]
+    """L tensors [b, m', d]: the new memory (detached), each layer's input over the last mem_len
+    reused positions; empty when ``mem_len`` is 0."""
+
+
+class XLNetLayer(nn.Module):
+    """Two-stream relative attention and a feed-forward block, each with residual and post layer norm.
+
+    Both streams use the same attention, feed-forward and layer-norm weights; each layer owns its
+    biases u (``r_w_bias``), v (``r_r_bias``), the segment bias b (``r_s_bias``) and the segment
+    encodings s+, s- (``seg_embed``).
+    """
+
+    def __init__(self, cfg: XLNetConfig):
+        super().__init__()
+        self.attn = RelativeMultiHeadAttention(cfg.d_model, cfg.n_head, cfg.d_head, cfg.dropatt)
+        self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+        self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+        self.r_s_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
+        self.seg_embed = nn.Parameter(torch.zeros(2, cfg.n_head, cfg.d_head))
+        self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, cfg.dropout, activation=cfg.ff_activation)
+        self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def _attend(self, h: Tensor, pos: Tensor, mask: Tensor | None, seg_mat: Tensor | None, mem: Tensor | None,
+                query: Tensor | None = None) -> Tensor:
+        return self.attn(h, pos, mask, self.r_w_bias, self.r_r_bias, query=query, seg_mat=seg_mat,
+                         seg_embed=self.seg_embed, r_s_bias=self.r_s_bias, pos_max=pos.shape[0] - h.shape[1],
+                         mem=mem)
+
+    def _post(self, x: Tensor, a: Tensor) -> Tensor:
+        x = self.attn_norm(x + self.drop(a))
+        return self.ff_norm(x + self.ff(x))
+
+    def forward(self, h: Tensor, g: Tensor | None, pos: Tensor, mask_h: Tensor | None, mask_g: Tensor | None,
+                seg_mat: Tensor | None, mem: Tensor | None, target_mapping: Tensor | None
+                ) -> tuple[Tensor, Tensor | None]:
+        """One layer of Eq. 2.4.
+
+        Args:
+            h: [b, t, d] content stream; g: [b, n, d] query stream or None.
+            pos: [k + t, d] encodings of the distances k .. -t+1.
+            mask_h, mask_g: bool [b, t, k] (True = blocked) of the content and query streams, or None.
+            seg_mat: [b, t, k, 2] one-hot same / different segment, or None.
+            mem: [b, m, d] or None.
+            target_mapping: [b, n, t] (with g).
+        Returns:
+            The new (h, g).
+        """
+        new_h = self._post(h, self._attend(h, pos, mask_h, seg_mat, mem))
+        if g is None:
+            return new_h, None
+        # The relative shift needs the queries at consecutive positions, so the n queries are
+        # scattered to their positions, attended with their rows of mask_g and gathered back.
+        query = torch.bmm(target_mapping.transpose(1, 2), g)                                  # [b, t, d]
+        a = torch.bmm(target_mapping, self._attend(h, pos, mask_g, seg_mat, mem, query=query))  # [b, n, d]
+        return new_h, self._post(g, a)
+
+
+class XLNetLMHeadModel(nn.Module):
+    """XLNet with the LM head tied to the word embeddings (thesis §2.2).
+
+    ``model(input_ids, perm_mask=None, target_mapping=None, token_type_ids=None, attention_mask=None,
+    mems=None)``
+
+    Args:
+        input_ids: [b, t] token ids (the sequence in its original order: only the masks encode
+            the factorization order).
+        perm_mask: [b, t, t], 1 / True where position i may *not* attend to position j (it comes
+            at or after i in the factorization order); None: everything is visible.
+        target_mapping: [b, n, t], row p one-hot at the position of the p-th prediction (a row of
+            zeros pads); None: no query stream, logits at every position from the content stream.
+        token_type_ids: [b, t] segment ids (memory positions count as segment 0); None: no
+            segment terms.
+        attention_mask: [b, t], 1 for tokens and 0 for padding, which no position attends to.
+        mems: the ``mems`` of the previous segment, or None / [] to start without memory.
+    Returns:
+        :class:`XLNetOutput`.
+    """
+
+    def __init__(self, cfg: XLNetConfig):
+        super().__init__()
+        self.config = cfg
+        self.word_emb = nn.Embedding(cfg.n_token, cfg.d_model)
+        self.mask_emb = nn.Parameter(torch.zeros(cfg.d_model))   # w, the query stream's input
+        self.layers = nn.ModuleList(XLNetLayer(cfg) for _ in range(cfg.n_layer))
+        self.lm_bias = nn.Parameter(torch.zeros(cfg.n_token))
+        self.drop = nn.Dropout(cfg.dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+            elif name.endswith("bias") and p.dim() == 1:
+                nn.init.zeros_(p)
+            else:
+                nn.init.normal_(p, 0.0, self.config.init_std)
+
+    def _positions(self, t: int, klen: int, device) -> Tensor:
+        """Encodings [k + t, d] of the bidirectional distances k, k-1, ..., -t+1."""
+        dist = torch.arange(klen, -t, -1, device=device)
+        if self.config.clamp_len > 0:
+            dist = dist.clamp(-self.config.clamp_len, self.config.clamp_len)
+        return self.drop(sinusoid(dist, self.config.d_model).to(self.word_emb.weight.dtype))
+
+    @staticmethod
+    def _masks(b: int, t: int, m: int, perm_mask: Tensor | None, attention_mask: Tensor | None, device
+               ) -> tuple[Tensor | None, Tensor | None]:
+        """Content- and query-stream masks [b, t, k] (True = blocked): the memory is always visible;
+        the query stream follows ``perm_mask`` and padding, the content stream also sees itself."""
+        if perm_mask is None and attention_mask is None:
+            return None, None
+        blocked = torch.zeros(b, t, m + t, dtype=torch.bool, device=device)
+        if perm_mask is not None:
+            blocked[:, :, m:] |= perm_mask.bool()
+        if attention_mask is not None:
+            blocked[:, :, m:] |= ~attention_mask.bool()[:, None, :]
+        content = blocked.clone()
+        content[:, :, m:].diagonal(dim1=1, dim2=2).fill_(False)
+        return content, blocked
+
+    @staticmethod
+    def _segments(token_type_ids: Tensor | None, m: int) -> Tensor | None:
+        """One-hot [b, t, k, 2]: index 1 where query and key are in different segments."""
+        if token_type_ids is None:
+            return None
+        keys = F.pad(token_type_ids, (m, 0))
+        return F.one_hot((token_type_ids[:, :, None] != keys[:, None, :]).long(), 2)
+
+    def forward(self, input_ids: Tensor, perm_mask: Tensor | None = None, target_mapping: Tensor | None = None,
+                token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                mems: list[Tensor] | None = None) -> XLNetOutput:
+        cfg = self.config
+        b, t = input_ids.shape
+        check_ids(input_ids, cfg.n_token, "input_ids")
+        for name, x, shape in (("perm_mask", perm_mask, (b, t, t)), ("token_type_ids", token_type_ids, (b, t)),
+                               ("attention_mask", attention_mask, (b, t))):
+            if x is not None and tuple(x.shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {shape} for input_ids {(b, t)}")
+        if target_mapping is not None and (target_mapping.dim() != 3 or tuple(target_mapping.shape[::2]) != (b, t)):
+            raise ValueError(f"target_mapping has shape {tuple(target_mapping.shape)}, expected [{b}, n, {t}]")
+        m = mems[0].shape[1] if mems else 0
+        klen = m + t
+        h = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
+        g = None
+        if target_mapping is not None:
+            target_mapping = target_mapping.to(h.dtype)
+            g = self.drop(self.mask_emb.expand(b, target_mapping.shape[1], -1))             # [b, n, d]
+        mask_h, mask_g = self._masks(b, t, m, perm_mask, attention_mask, h.device)
+        seg_mat = self._segments(token_type_ids, m)
+        pos = self._positions(t, klen, h.device)
+        hids = []
+        for i, layer in enumerate(self.layers):
+            hids.append(h)
+            mem = mems[i] if m else None
+            args = (h, g, pos, mask_h, mask_g, seg_mat, mem, target_mapping)
+            if cfg.checkpoint_layers and self.training and torch.is_grad_enabled():
+                h, g = checkpoint(layer, *args, use_reentrant=False)
+            else:
+                h, g = layer(*args)
+        out = self.drop(h if g is None else g)
+        logits = F.linear(out, self.word_emb.weight, self.lm_bias)
+        return XLNetOutput(logits=logits, hidden=out, mems=self._update_mems(hids, mems if m else None))
+
+    def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None) -> list[Tensor]:
+        """Each layer's input over the first reuse_len positions, appended to the old memory; the
+        last mem_len positions are kept (stop-gradient)."""
+        cfg = self.config
+        if cfg.mem_len <= 0:
+            return []
+        with torch.no_grad():
+            new = [hid[:, :cfg.reuse_len] if cfg.reuse_len is not None else hid for hid in hids]
+            if mems is not None:
+                new = [torch.cat([mem, cur], 1) for mem, cur in zip(mems, new)]
+            return [x[:, -cfg.mem_len:].detach() for x in new]
