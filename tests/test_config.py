@@ -1,9 +1,13 @@
+import dataclasses
+import importlib
+import pkgutil
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
 
-from genfeat.config import apply_overrides, from_dict, parse_overrides, to_dict
+from genfeat.config import Config, apply_overrides, from_dict, parse_overrides, to_dict
 from genfeat.errors import ConfigError
 from genfeat.runner import summarise
 
@@ -67,3 +71,72 @@ def test_summarise_mean_and_sample_std():
     s = summarise([{"acc": 0.5}, {"acc": 0.7}])
     assert s["acc_mean"] == pytest.approx(0.6)
     assert s["acc_std"] == pytest.approx(0.1414213, rel=1e-5)
+
+
+def config_classes() -> list[type]:
+    """Every dataclass of the package that is a config: named *Config or *Recipe, or with a Literal
+    field (found by importing every module, so a new config cannot escape the tests below)."""
+    import genfeat
+
+    found = {}
+    for info in pkgutil.walk_packages(genfeat.__path__, "genfeat."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if not (dataclasses.is_dataclass(obj) and isinstance(obj, type) and obj.__module__.startswith("genfeat.")):
+                continue
+            hints = typing.get_type_hints(obj)
+            literal = any(typing.get_origin(hints[f.name]) is Literal for f in dataclasses.fields(obj))
+            if obj.__name__.endswith(("Config", "Recipe")) or literal or issubclass(obj, Config):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return [found[k] for k in sorted(found)]
+
+
+CONFIGS = config_classes()
+
+
+def typed_fields(literal: bool) -> list[tuple[type, str, typing.Any]]:
+    out = []
+    for cls in CONFIGS:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.init and hints[f.name] is not typing.Any and (typing.get_origin(hints[f.name]) is Literal) == literal:
+                out.append(pytest.param(cls, f.name, hints[f.name], id=f"{cls.__name__}.{f.name}"))
+    return out
+
+
+def test_the_config_classes_are_found_and_derive_from_config():
+    names = {cls.__name__ for cls in CONFIGS}
+    assert {"TrainConfig", "OptimConfig", "TransformerXLConfig", "VocabConfig", "TransformerXLRecipe",
+            "PlanetoidRecipe", "GraphBaselineRecipe", "LMDataConfig", "LMEvalConfig"} <= names
+    assert [cls.__name__ for cls in CONFIGS if not issubclass(cls, Config)] == [], \
+        "derive every config dataclass from genfeat.config.Config, so its fields are checked"
+
+
+@pytest.mark.parametrize("cls, name, tp", typed_fields(literal=True))
+def test_a_misspelt_literal_is_refused_in_python_naming_the_field(cls, name, tp):
+    values = typing.get_args(tp)
+    misspelt = next(str(v)[:-1] for v in values if str(v)[:-1] not in values)  # 'relativ', not 'adam'
+    with pytest.raises(ConfigError, match=rf"'{cls.__name__}\.{name}' has value '{misspelt}', expected one of"):
+        cls(**{name: misspelt})
+
+
+@pytest.mark.parametrize("cls, name, tp", typed_fields(literal=False))
+def test_a_value_of_another_type_is_refused_in_python_naming_the_field(cls, name, tp):
+    with pytest.raises(ConfigError, match=rf"'{cls.__name__}\.{name}' has value <object"):
+        cls(**{name: object()})
+
+
+def test_fields_are_checked_before_the_class_checks_and_converted_like_yaml():
+    from genfeat.framework import OptimConfig, TrainConfig
+    from genfeat.models.transformer_xl import TransformerXLConfig
+
+    # without the field check first, TrainConfig's own check fails with a TypeError ('<' on a str)
+    with pytest.raises(ConfigError, match=r"'TrainConfig\.grad_accum' has value '2', expected an integer"):
+        TrainConfig(grad_accum="2")
+    with pytest.raises(ConfigError, match=r"'TrainConfig\.keep_best' has value 1, expected true or false"):
+        TrainConfig(keep_best=1, early_stop_metric="acc")
+    cfg = TransformerXLConfig(n_token=20, cutoffs=(5, 10), d_model=8, dropout=0)
+    assert cfg.cutoffs == [5, 10] and isinstance(cfg.dropout, float)
+    assert OptimConfig(betas=[0.8, 0.9]).betas == (0.8, 0.9)
+    with pytest.raises(ConfigError, match=r"'TransformerXLConfig\.cutoffs\[1\]' has value 'x'"):
+        TransformerXLConfig(cutoffs=[5, "x"])

@@ -1,8 +1,11 @@
 """Typed dataclass configs with YAML as their serialisation.
 
-Configs are dataclasses whose fields carry docstrings and whose ``__post_init__`` checks values.
-:func:`from_dict` builds one from a mapping, checking every field name and type; an unknown
-field or a wrong type raises :class:`~genfeat.errors.ConfigError` naming the dotted path.
+Configs are dataclasses derived from :class:`Config`, whose fields carry docstrings and whose
+``__post_init__`` checks values. :class:`Config` checks every field against its annotation (a
+``Literal`` among its values, an ``int`` an integer...) before the class's own checks, however
+the config is built. :func:`from_dict` builds one from a mapping, checking every field name and
+type; an unknown field or a wrong type raises :class:`~genfeat.errors.ConfigError` naming the
+dotted path.
 :func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4``.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from pathlib import Path
@@ -110,6 +114,51 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     return value
 
 
+def check_fields(cfg: Any) -> None:
+    """Check every init field of the dataclass ``cfg`` against its annotation, in place.
+
+    Values are converted where that is lossless, as :func:`from_dict` does (an int for a float
+    field, a list for a tuple, a mapping for a nested config).
+
+    Raises:
+        ConfigError: a value of another type, or a ``Literal`` field set to none of its values,
+            naming ``ClassName.field``.
+    """
+    cls = type(cfg)
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.init:
+            value = _coerce(getattr(cfg, f.name), hints[f.name], f"{cls.__name__}.{f.name}")
+            object.__setattr__(cfg, f.name, value)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+class Config:
+    """Base class of every config dataclass: :func:`check_fields` runs before the class's own
+    ``__post_init__``, so a config built in Python (``TransformerXLConfig(attn_type="relativ")``)
+    is refused like one read from YAML, by one check for all classes."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is None:
+            return
+
+        @functools.wraps(own)
+        def __post_init__(self):
+            check_fields(self)
+            own(self)
+
+        cls.__post_init__ = __post_init__
+
+    def __post_init__(self):
+        check_fields(self)
+
+
 def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
     """Build the dataclass ``cls`` from ``data``, checking names and types recursively.
 
@@ -118,7 +167,7 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
             value rejected by the class's ``__post_init__``.
     """
     data = dict(data or {})
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in data.items():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
+from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..io import write_json_atomic
 
@@ -23,7 +24,7 @@ EOS, UNK = "<eos>", "<unk>"
 
 
 @dataclass
-class VocabConfig:
+class VocabConfig(Config):
     """How a corpus is tokenised."""
 
     kind: Literal["word", "char", "byte", "bpe", "sentencepiece"] = "word"

@@ -13,9 +13,11 @@ from typing import Iterable, Literal
 import torch
 from torch import nn
 
+from ..config import Config
+
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Config):
     """Optimizer and learning-rate schedule of one optimizer."""
 
     name: Literal["adamw", "adam", "sgd"] = "adamw"

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..io import write_text_atomic
 from .checkpoint import (load_for_resume, load_trainer_state, resume_dir, rng_state, save_checkpoint,
@@ -45,7 +46,7 @@ METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Config):
     """How the loop runs (the schedule itself says what is optimised)."""
 
     seed: int = 0

@@ -28,11 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import Config
 from ..runner import register_method
 
 
 @dataclass
-class GraphBaselineRecipe:
+class GraphBaselineRecipe(Config):
     """One baseline of Table 3.6 (or GCN) on a Planetoid public split; recipe ``method: graph_baseline``."""
 
     dataset: Literal["cora", "citeseer", "pubmed"] = "cora"

@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ..config import Config
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
@@ -21,7 +22,7 @@ from ..runner import register_method
 
 
 @dataclass
-class PlanetoidRecipe:
+class PlanetoidRecipe(Config):
     """Planetoid-T/-I/-G on the public split. Defaults: the paper (r1 = 5/6, r2 = 5/6, q = 10, d = 3,
     N1 = N2 = 200) and the authors' released transductive model (embedding size 50, softmax context
     loss, 2,000 label-context and 70 graph-context initialisation steps, SGD lr 0.1 / 0.01)."""

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import torch
 
-from ..config import from_dict, to_dict
+from ..config import Config, from_dict, to_dict
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.checkpoint import resume_dir
@@ -25,7 +25,7 @@ from ..runner import register_method
 
 
 @dataclass
-class LMDataConfig:
+class LMDataConfig(Config):
     """Which corpus, vocabulary and batching the LM trains on."""
 
     corpus: str = "ptb"
@@ -58,7 +58,7 @@ class LMDataConfig:
 
 
 @dataclass
-class LMEvalConfig:
+class LMEvalConfig(Config):
     """Evaluation settings; attention length may differ from training (§2.1, Table 2.6)."""
 
     tgt_len: int | None = None
@@ -74,13 +74,13 @@ class LMEvalConfig:
 
 
 @dataclass
-class LMObjectiveConfig:
+class LMObjectiveConfig(Config):
     loss_positions: Literal["full", "half"] = "full"
     """Score every position of a segment or only its second half (Table 2.6)."""
 
 
 @dataclass
-class GenerateConfig:
+class GenerateConfig(Config):
     """A sample written to OUT/sample.txt after training (length 0: none)."""
 
     prompt: str = ""
@@ -90,7 +90,7 @@ class GenerateConfig:
 
 
 @dataclass
-class TransformerXLRecipe:
+class TransformerXLRecipe(Config):
     data: LMDataConfig = field(default_factory=LMDataConfig)
     model: dict[str, Any] = field(default_factory=dict)
     """TransformerXLConfig fields (n_token is set from the vocabulary)."""

@@ -27,12 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import Config
 from ..nn.adaptive import check_ids
 from ..nn.feedforward import PositionwiseFeedForward
 
 
 @dataclass
-class BertConfig:
+class BertConfig(Config):
     """Architecture of a BERT encoder with its pretraining heads (HF names in parentheses)."""
 
     n_token: int = 30522

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from ..config import Config
 from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
 from ..nn.attention import (AbsoluteMultiHeadAttention, ProjectionCache, RelativeMultiHeadAttention, causal_mask,
                             sinusoid)
@@ -25,7 +26,7 @@ from ..nn.feedforward import PositionwiseFeedForward
 
 
 @dataclass
-class TransformerXLConfig:
+class TransformerXLConfig(Config):
     """Architecture of a Transformer-XL language model (field names follow the original code)."""
 
     n_token: int = 10000
