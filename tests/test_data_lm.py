@@ -201,3 +201,35 @@ def test_vocab_config_and_max_size_counts_unk():
         VocabConfig(min_freq=0)
     v = SymbolVocab.build("a a a b b c d".split(), "word", max_size=3, unk="<unk>", add_eos=False)
     assert v.symbols == ["a", "b", "<unk>"] and v.encode("d a\n") == [2, 0]
+
+
+@pytest.mark.parametrize("n, batch_size, world", [(11, 4, 2), (16, 6, 3), (10, 4, 2), (7, 8, 1)])
+def test_tensor_stream_without_drop_last_shows_every_example_once_per_epoch_across_ranks(n, batch_size, world):
+    from genfeat.framework.stream import TensorStream
+
+    data = {"x": torch.arange(n) * 10, "y": torch.arange(n)}
+    ranks = [TensorStream(data, batch_size, seed=5, drop_last=False) for _ in range(world)]
+    for rank, stream in enumerate(ranks):
+        stream.shard(rank, world)
+    steps = -(-n // min(batch_size, n))
+    for epoch in range(2):
+        seen = []
+        for _ in range(steps):
+            parts = [next(stream) for stream in ranks]
+            assert all(torch.equal(p["x"], p["y"] * 10) for p in parts), "tensors must stay aligned"
+            sizes = [len(p["y"]) for p in parts]
+            assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+            seen += [i for p in parts for i in p["y"].tolist()]
+        assert sorted(seen) == list(range(n)), f"epoch {epoch}: every example exactly once"
+        assert all(stream.epoch == epoch for stream in ranks)
+
+
+def test_tensor_stream_refuses_a_short_batch_a_rank_would_get_nothing_of():
+    from genfeat.framework.stream import TensorStream
+
+    data = {"x": torch.arange(9)}
+    with pytest.raises(ConfigError, match="holds 1 of the 9 examples, fewer than the 2 processes"):
+        TensorStream(data, 4, drop_last=False).shard(0, 2)
+    TensorStream(data, 4).shard(1, 2)  # with drop_last the short batch is never drawn
+    with pytest.raises(ConfigError, match="not divisible by the 2 processes"):
+        TensorStream(data, 3).shard(0, 2)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol, runtime_checkable
 
+from ..errors import ConfigError
+
 
 @runtime_checkable
 class Stream(Protocol):
@@ -33,6 +35,12 @@ class TensorStream:
     ``(epoch, index)`` alone restores the stream exactly. Under DDP every global batch of
     ``batch_size`` examples is split into contiguous per-rank slices.
 
+    With ``drop_last=False`` every example is seen exactly once per epoch, also when sharded: the
+    short last batch of r < batch_size examples is dealt out in contiguous slices whose sizes
+    differ by at most one (the first ``r % world`` ranks get one more). That step's gradient is then
+    the mean of per-rank means, not exactly the mean over its r examples. A short batch with fewer
+    examples than ranks would leave a rank without any, so :meth:`shard` refuses it.
+
     Args:
         tensors: mapping name -> tensor with the same first dimension n.
         batch_size: global batch size (default 32); the last partial batch of an epoch is dropped
@@ -40,7 +48,8 @@ class TensorStream:
         shuffle: reshuffle every epoch (default True); False keeps the stored order.
         seed: base seed of the shuffles (default 0).
     Yields:
-        dict name -> tensor of shape [batch_size / world, ...].
+        dict name -> tensor of shape [batch_size / world, ...] (the short last batch of an epoch
+        without ``drop_last``: [r / world rounded up or down, ...]).
     """
 
     def __init__(self, tensors: dict[str, Any], batch_size: int = 32, shuffle: bool = True, seed: int = 0,
@@ -87,8 +96,7 @@ class TensorStream:
             self._order = self._permutation(self.epoch)
         ids = self._order[self.index * self.batch_size:(self.index + 1) * self.batch_size]
         self.index += 1
-        per_rank = len(ids) // self.world
-        ids = ids[self.rank * per_rank:(self.rank + 1) * per_rank]
+        ids = ids.tensor_split(self.world)[self.rank]
         return {name: t[ids] for name, t in self.tensors.items()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -100,5 +108,12 @@ class TensorStream:
 
     def shard(self, rank: int, world: int) -> None:
         if self.batch_size % world:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+            raise ConfigError(f"batch_size {self.batch_size} is not divisible by the {world} processes",
+                              "make the global batch size a multiple of the number of processes")
+        rest = self.n % self.batch_size
+        if not self.drop_last and 0 < rest < world:
+            raise ConfigError(f"the last batch of each epoch holds {rest} of the {self.n} examples, fewer than the "
+                              f"{world} processes, so a process would get none",
+                              "drop the short batch (drop_last) or pick a batch size that leaves no remainder "
+                              f"or one of at least {world}")
         self.rank, self.world = rank, world
