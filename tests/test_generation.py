@@ -47,3 +47,55 @@ def test_bad_arguments():
         generate(model(), torch.tensor([], dtype=torch.long), 3)
     with pytest.raises(ValueError):
         generate(model(), torch.tensor([1]), 3, top_k=0)
+
+
+def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """p-value of Pearson's chi-square test of ``counts`` against ``probs`` (cells expecting < 5 pooled)."""
+    n = counts.sum()
+    expected = probs.double() * n
+    big = expected >= 5
+    obs = torch.cat([counts[big].double(), counts[~big].double().sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    stat = ((obs - exp) ** 2 / exp)[keep].sum()
+    df = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.double), stat / 2))
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, 50), (2.0, 50), (0.5, 5)])
+def test_temperature_reshapes_the_sampling_distribution(temperature, top_k):
+    # 20,000 one-token continuations of the same context, against softmax(log p / T) over the top k
+    m = model()
+    context = torch.tensor([3, 7, 1, 4])
+    with torch.no_grad():
+        lp = m(context[None], return_log_probs=True).log_probs[0, -1]
+    n = 20000
+    samples = generate(m, context.expand(n, 4), 1, top_k=top_k, temperature=temperature,
+                       generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(samples.flatten(), minlength=50)
+
+    def target(t):
+        keep = lp >= lp.topk(top_k).values[-1]
+        return torch.softmax((lp / t).masked_fill(~keep, float("-inf")), -1)
+
+    assert chi_square_p(counts, target(temperature)) > 1e-3
+    # the test tells temperatures apart: the untempered (or tempered twice) distribution is rejected
+    wrong = 1.0 if temperature != 1.0 else 2.0
+    assert chi_square_p(counts, target(wrong)) < 1e-6
+    assert not counts[~(target(temperature) > 0)].any(), "only the top k are ever drawn"
+
+
+def test_low_temperature_is_greedy_and_high_temperature_is_uniform():
+    m = model()
+    context = torch.tensor([3, 7, 1, 4])
+    with torch.no_grad():
+        lp = m(context[None], return_log_probs=True).log_probs[0, -1]
+    n = 5000
+    cold = generate(m, context.expand(n, 4), 1, top_k=50, temperature=1e-4, generator=torch.Generator().manual_seed(0))
+    assert (cold == lp.argmax()).all()
+    hot = generate(m, context.expand(n, 4), 1, top_k=50, temperature=1e4, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(hot.flatten(), minlength=50)
+    assert chi_square_p(counts, torch.full((50,), 1 / 50)) > 1e-3
+    assert chi_square_p(counts, torch.softmax(lp, -1)) < 1e-6
+    with pytest.raises(ValueError):
+        generate(m, context, 3, temperature=0.0)
