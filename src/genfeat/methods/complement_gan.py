@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import from_dict, to_dict
+from ..config import Config, from_dict, to_dict
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import load_weights, read_config, resume_dir, save_checkpoint
@@ -42,7 +42,7 @@ def _train_defaults(**kw: Any) -> TrainConfig:
 
 
 @dataclass
-class ComplementGANRecipe:
+class ComplementGANRecipe(Config):
     """Complement GAN on a balanced labelled subset; defaults: the released MNIST trainer (batch 100,
     Adam D lr 3e-3 betas (0.5, 0.9999), G lr 1e-3 betas (0, 0.9999), FM on the last hidden layer, w_u = w_g = 1/2)."""
 
@@ -310,7 +310,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
 
 
 @dataclass
-class PixelCNNRecipe:
+class PixelCNNRecipe(Config):
     """PixelCNN++ density model trained on the unlabelled training images (the LD term's p(x)); the
     checkpoint OUT/final is what ``density_checkpoint`` names."""
 

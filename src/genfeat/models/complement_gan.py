@@ -31,9 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import Config
+
 
 @dataclass
-class ComplementGANConfig:
+class ComplementGANConfig(Config):
     """Networks of the complement GAN (the paper's MNIST MLP by default)."""
 
     image_shape: tuple[int, int, int] = (1, 28, 28)

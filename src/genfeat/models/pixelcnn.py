@@ -23,9 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import Config
+
 
 @dataclass
-class PixelCNNConfig:
+class PixelCNNConfig(Config):
     """A single-resolution PixelCNN++."""
 
     image_shape: tuple[int, int, int] = (1, 28, 28)

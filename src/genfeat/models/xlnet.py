@@ -38,13 +38,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from ..config import Config
 from ..nn.adaptive import check_ids
 from ..nn.attention import RelativeMultiHeadAttention, sinusoid
 from ..nn.feedforward import PositionwiseFeedForward
 
 
 @dataclass
-class XLNetConfig:
+class XLNetConfig(Config):
     """Architecture of an XLNet language model (HF ``XLNetConfig`` names in parentheses)."""
 
     n_token: int = 32000

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..config import Config
 from ..framework.objective import LossOutput, Objective
 
 
@@ -51,7 +52,7 @@ class MaskedLMModel(Protocol):
 
 
 @dataclass
-class MaskedLMConfig:
+class MaskedLMConfig(Config):
     """How tokens are chosen and corrupted (defaults: BERT's)."""
 
     mask_rate: float = 0.15

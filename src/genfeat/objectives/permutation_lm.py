@@ -36,11 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import Config
 from ..framework.objective import LossOutput, Objective
 
 
 @dataclass
-class PermutationLMConfig:
+class PermutationLMConfig(Config):
     """How the factorization order and the predicted tokens are sampled (defaults: XLNet's)."""
 
     k: float = 6.0
