@@ -69,7 +69,7 @@ def test_checksum_mismatch_and_missing_file(tmp_path, monkeypatch):
             return False
 
     monkeypatch.setattr(registry.urllib.request, "urlopen", WrongBytes)
-    with pytest.raises(DataError, match=r"checksum mismatch for '.*ptb.valid.txt'"):
+    with pytest.raises(DataError, match=r"'.*ptb.valid.txt' downloaded from https://\S+ has sha256 [0-9a-f]{64}, expected"):
         registry.resolve("ptb", "valid")
     assert not (bad / "ptb.valid.txt").exists(), "a download that fails verification must not be kept"
 

@@ -89,17 +89,23 @@ def digest_of(path: Path, algorithm: str = "sha256") -> str:
     return h.hexdigest()
 
 
-def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
+def verify(path: Path, spec: FileSpec, download: Path | None = None) -> None:
     """Check the size and checksum of ``path`` (hashing once per process for an unchanged file).
 
     Args:
-        shown: the name to report instead of ``path`` (a download's final name, default ``path``).
+        download: for a download still under its temporary name ``path``, the name it is for; the
+            error then says that what the URL served is wrong (nothing is kept).
     """
     stat = path.stat()
-    name = shown or path
+    if download is not None:
+        name = f"'{download}' downloaded from {spec.url}"
+        fix = f"the server holds another version: fetch the canonical file by hand to '{download}'"
+    else:
+        name = f"'{path}'"
+        fix = (f"the file is corrupt or another version; delete it so genfeat downloads it from {spec.url}, "
+               "or replace it with the canonical file")
     if spec.size is not None and stat.st_size != spec.size:
-        raise DataError(f"'{name}' has {stat.st_size} bytes, expected {spec.size}",
-                        f"the file is truncated or another version; delete it and fetch it again from {spec.url}")
+        raise DataError(f"{name} has {stat.st_size} bytes, expected {spec.size}", fix)
     algorithm, expected = next(((a, v) for a, v in (("sha256", spec.sha256), ("sha1", spec.sha1),
                                                       ("git-blob", spec.git_blob), ("md5", spec.md5)) if v),
                            (None, None))
@@ -110,9 +116,9 @@ def verify(path: Path, spec: FileSpec, shown: Path | None = None) -> None:
         return
     actual = digest_of(path, algorithm)
     if actual != expected:
-        raise DataError(f"checksum mismatch for '{name}': expected {algorithm} {expected}, got {actual}",
-                        f"the file is corrupt or another version; delete it so genfeat downloads it from {spec.url}, "
-                        f"or replace it with the canonical file")
+        if download is not None:
+            raise DataError(f"{name} has {algorithm} {actual}, expected {expected}", fix)
+        raise DataError(f"checksum mismatch for {name}: expected {algorithm} {expected}, got {actual}", fix)
     _VERIFIED.add(key)
 
 
@@ -127,7 +133,7 @@ def _download(spec: FileSpec, dest: Path) -> None:
                     data = member.read()
                 tmp.write_bytes(data)
             # Checked before the rename so that a bad download never lands under its final name.
-            verify(tmp, spec, shown=dest)
+            verify(tmp, spec, download=dest)
     except (OSError, zipfile.BadZipFile, KeyError) as e:
         raise DataError(f"'{dest}' is missing and downloading it from {spec.url} failed ({e})",
                         f"download it by hand to '{dest}' (the data directory searched is '{data_root()}', "

@@ -1,0 +1,116 @@
+"""Download and verify: a dataset file served over HTTP from 127.0.0.1 lands under its canonical
+name only after its checksum matches; a wrong file, a missing one or a bad archive leaves nothing."""
+
+import hashlib
+import http.server
+import io
+import threading
+import zipfile
+from contextlib import contextmanager
+
+import pytest
+
+from genfeat.data import registry
+from genfeat.data.registry import DatasetSpec, FileSpec
+from genfeat.errors import DataError
+
+CONTENT = b"the quick brown fox\njumps over the lazy dog\n" * 200
+
+
+@contextmanager
+def serve(files: dict[str, bytes]):
+    """Serve ``files`` (path -> bytes) at http://127.0.0.1:PORT/path from a thread.
+
+    Each response is sent in two halves; between them the handler runs ``on_half`` (set on the
+    yielded state), so a test can look at the destination while a download is half done. The
+    server is shut down on exit, and its socket times out, so nothing outlives the test.
+    """
+    state = {"requests": 0, "on_half": None}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = 10
+
+        def do_GET(self):
+            state["requests"] += 1
+            body = files.get(self.path.lstrip("/"))
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            if state["on_half"] is not None:
+                state["on_half"]()
+            self.wfile.write(body[len(body) // 2:])
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def declare(monkeypatch, tmp_path, url: str, sha256: str | None, **kw) -> None:
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path / "data"))
+    monkeypatch.setitem(registry._REGISTRY, "served", DatasetSpec("served", {"f": FileSpec("served/f.txt", url, sha256,
+                                                                                            **kw)}))
+
+
+def entries(tmp_path):
+    folder = tmp_path / "data" / "served"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_download_verifies_and_lands_atomically(tmp_path, monkeypatch):
+    with serve({"f.txt": CONTENT}) as (url, state):
+        declare(monkeypatch, tmp_path, f"{url}/f.txt", hashlib.sha256(CONTENT).hexdigest(), size=len(CONTENT))
+        halfway = []
+        state["on_half"] = lambda: halfway.append(entries(tmp_path))
+        path = registry.resolve("served", "f")
+        assert path == tmp_path / "data" / "served" / "f.txt" and path.read_bytes() == CONTENT
+        # half way through, the bytes went to a temporary name beside the destination, not to it
+        assert len(halfway) == 1 and len(halfway[0]) == 1 and halfway[0][0].startswith(".f.txt.")
+        assert entries(tmp_path) == ["f.txt"]
+        assert registry.resolve("served", "f") == path and state["requests"] == 1, "a verified file is not fetched again"
+
+
+def test_download_with_a_wrong_checksum_is_refused_and_leaves_no_file(tmp_path, monkeypatch):
+    with serve({"f.txt": CONTENT}) as (url, state):
+        declare(monkeypatch, tmp_path, f"{url}/f.txt", "0" * 64)
+        with pytest.raises(DataError, match=r"'.*served/f.txt' downloaded from http://127.0.0.1:\d+/f.txt has sha256 "
+                                            + hashlib.sha256(CONTENT).hexdigest() + ", expected 0{64}.*fix: "):
+            registry.resolve("served", "f")
+        assert state["requests"] == 1 and entries(tmp_path) == []
+        declare(monkeypatch, tmp_path, f"{url}/f.txt", None, size=len(CONTENT) + 1)
+        with pytest.raises(DataError, match=f"has {len(CONTENT)} bytes, expected {len(CONTENT) + 1}"):
+            registry.resolve("served", "f")
+        assert entries(tmp_path) == []
+
+
+def test_download_of_an_archive_member_and_failures(tmp_path, monkeypatch):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("inner/f.txt", CONTENT)
+        zf.writestr("other.txt", b"not this one")
+    with serve({"a.zip": buf.getvalue(), "broken.zip": buf.getvalue()[:100]}) as (url, state):
+        digest = hashlib.sha256(CONTENT).hexdigest()
+        declare(monkeypatch, tmp_path, f"{url}/a.zip", digest, archive_member="inner/f.txt")
+        assert registry.resolve("served", "f").read_bytes() == CONTENT
+        assert entries(tmp_path) == ["f.txt"]
+        (tmp_path / "data" / "served" / "f.txt").unlink()
+        for name, member, needle in [("missing.zip", "inner/f.txt", "HTTP Error 404"),
+                                     ("broken.zip", "inner/f.txt", "is not a zip file"),
+                                     ("a.zip", "absent.txt", "absent.txt")]:
+            declare(monkeypatch, tmp_path, f"{url}/{name}", digest, archive_member=member)
+            with pytest.raises(DataError, match=rf"is missing and downloading it from {url}/{name} failed .*{needle}"):
+                registry.resolve("served", "f")
+            assert entries(tmp_path) == [], name
