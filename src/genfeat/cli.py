@@ -2,7 +2,8 @@
 
 Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM figures of a
 checkpoint on a corpus), ``generate`` (top-k sampling with memory reuse), ``recl`` (relative
-effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format).
+effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format),
+``tokenizer train`` (a WordPiece or sentencepiece tokenizer for pretraining).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
 ``--debug`` shows the traceback instead.
@@ -190,6 +191,17 @@ def cmd_export(args: argparse.Namespace, extra: list[str]) -> None:
     _emit({"out": args.out, "format": args.format}, args.json, f"wrote {args.out}")
 
 
+def cmd_tokenizer_train(args: argparse.Namespace, extra: list[str]) -> None:
+    from .data.tokenizers import TokenizerConfig, train_tokenizer
+
+    _no_extra(extra)
+    cfg = TokenizerConfig(kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase)
+    t0 = time.time()
+    vocab = train_tokenizer(cfg, args.corpus, args.out)
+    result = {"out": args.out, "kind": args.kind, "vocab_size": len(vocab), "seconds": time.time() - t0}
+    _emit(result, args.json, f"wrote a {len(vocab)}-type {args.kind} tokenizer to {args.out}")
+
+
 def _no_extra(extra: list[str]) -> None:
     if extra:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
@@ -261,6 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=["hf", "genfeat"], default="hf")
     x.add_argument("--json", action="store_true")
     x.set_defaults(fn=cmd_export)
+
+    tk = sub.add_parser("tokenizer", parents=[common], help="subword tokenizers for pretraining")
+    tk_sub = tk.add_subparsers(dest="tokenizer_command", required=True)
+    tt = tk_sub.add_parser("train", parents=[common], help="train a WordPiece or sentencepiece tokenizer and write "
+                                                           "its Hugging Face files (genfeat.data.tokenizers)")
+    tt.add_argument("--kind", choices=["wordpiece", "sentencepiece"], required=True)
+    tt.add_argument("--corpus", required=True, help="a text file or a folder of text files")
+    tt.add_argument("--vocab-size", type=int, required=True, help="types, special tokens included")
+    tt.add_argument("--lowercase", action="store_true", help="lower-case the text (an uncased tokenizer)")
+    tt.add_argument("--out", required=True, help="folder for tokenizer.json/vocab.txt or spiece.model")
+    tt.add_argument("--json", action="store_true")
+    tt.set_defaults(fn=cmd_tokenizer_train)
     return p
 
 

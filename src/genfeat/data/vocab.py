@@ -239,7 +239,7 @@ class BPEVocab(Vocab):
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text).ids
+        return self.tokenizer.encode(text, add_special_tokens=False).ids  # a corpus stream: no [CLS]/[SEP] template
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids))

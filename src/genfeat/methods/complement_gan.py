@@ -242,6 +242,74 @@ def save_grid(images: torch.Tensor, path: str | Path, pixel_range: tuple[float, 
         image.save(tmp, format="PNG")
 
 
+def plot_case_study(model: ComplementGAN, data: ImageSplits, out: Path, seed: int) -> list[Path]:
+    """The 2-D case study of §3.1.4 (Figs. 3.2-3.5 analogue), three PNGs in ``out``: the labelled,
+    unlabelled and generated points; the classification boundary (argmax over the K real classes) and
+    the true-fake boundary (P(K+1 | x) = 1/2) over the unit square; the feature space h(x) of real
+    (by class) and generated points on the real features' first two principal axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..objectives.complement_gan import log_prob_fake
+
+    model.eval()
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        _, fake = model.generate(500)
+        axis = torch.linspace(0, 1, 201)
+        grid = torch.stack(torch.meshgrid(axis, axis, indexing="xy"), -1).reshape(-1, 1, 1, 2)
+        logits = model(grid).logits
+        p_fake = log_prob_fake(logits).exp().reshape(201, 201)
+        cls = logits.argmax(-1).reshape(201, 201).float()
+        h_real, h_fake = model(data.x_unl).features, model(fake).features
+        # the first two principal axes of the real features
+        centre = h_real.mean(0)
+        axes = torch.linalg.svd(h_real - centre, full_matrices=False).Vh[:2].t()
+        h_real, h_fake = (h_real - centre) @ axes, (h_fake - centre) @ axes
+    x_unl, x_lab, fake2 = data.x_unl.reshape(-1, 2), data.x_lab.reshape(-1, 2), fake.reshape(-1, 2)
+    y_unl = data.y_test.new_tensor(two_moons(len(x_unl), seed=1000 + seed)[1])
+    figures = []
+
+    def save(fig, name):
+        path = out / f"complement_gan_2d_{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        figures.append(path)
+
+    def points(ax):
+        ax.scatter(x_unl[:, 0], x_unl[:, 1], s=3, c="0.6", label="unlabelled")
+        ax.scatter(fake2[:, 0], fake2[:, 1], s=4, c="tab:red", marker="x", lw=0.6, label="generated")
+        ax.scatter(x_lab[:, 0], x_lab[:, 1], s=90, c=data.y_lab, cmap="coolwarm", vmin=0, vmax=1, edgecolors="k",
+                   label="labelled")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_aspect("equal")
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    points(ax)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title("labelled, unlabelled and generated points")
+    save(fig, "points")
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.contourf(axis, axis, cls, levels=[-0.5, 0.5, 1.5], colors=["#c9d7f5", "#f5cfc9"])
+    ax.contour(axis, axis, cls, levels=[0.5], colors="k", linewidths=1.5)
+    ax.contour(axis, axis, p_fake, levels=[0.5], colors="tab:green", linewidths=1.5, linestyles="--")
+    points(ax)
+    ax.set_title("classification boundary (black), true-fake boundary (green)")
+    save(fig, "boundaries")
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.scatter(h_real[:, 0], h_real[:, 1], s=3, c=y_unl, cmap="coolwarm", vmin=0, vmax=1, label="real (by class)")
+    ax.scatter(h_fake[:, 0], h_fake[:, 1], s=4, c="tab:red", marker="x", lw=0.6, label="generated")
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title("feature space h(x), first two principal axes")
+    save(fig, "features")
+    return figures
+
+
 def build(cfg: ComplementGANRecipe, seed: int, data: ImageSplits, density: PixelCNN | None = None,
           epsilon: float | None = None):
     """The networks (weight norm initialised from data) and the alternating D/G schedule.

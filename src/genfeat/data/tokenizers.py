@@ -1,0 +1,247 @@
+"""Subword tokenizers for pretraining: WordPiece (BERT) and sentencepiece unigram (XLNet).
+
+``genfeat tokenizer train --kind {wordpiece,sentencepiece} --corpus PATH --vocab-size N --out DIR``
+trains one on a text file or a folder of text files (every non-blank line is a training sentence)
+and writes the files Hugging Face loads, atomically (the directory appears complete or not at all):
+
+- wordpiece (``tokenizers``): ``tokenizer.json`` (with BERT's [CLS] A [SEP] B [SEP] template),
+  ``vocab.txt`` and ``tokenizer_config.json`` (``BertTokenizer``/``BertTokenizerFast``);
+- sentencepiece (``sentencepiece``, unigram model): ``spiece.model`` and ``tokenizer_config.json``
+  (``XLNetTokenizer``), with XLNet's control symbols <cls> <sep> <pad> <mask> <eod> <eop> at ids 3-8.
+
+:func:`load_tokenizer` reads such a directory (or a Hugging Face one: ``tokenizer.json``,
+``vocab.txt`` or ``spiece.model``) into a genfeat vocabulary (:class:`~genfeat.data.vocab.BPEVocab`
+for a ``tokenizers`` tokenizer, :class:`~genfeat.data.vocab.SentencePieceVocab`), which travels
+with checkpoints as vocab.json. :func:`special_ids` and :func:`word_start` give what the
+pretraining objectives need of it. Texts are encoded without special tokens; the data pipeline
+adds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Literal
+
+import torch
+
+from ..errors import ConfigError, DataError
+from ..io import atomic_dir
+from .vocab import BPEVocab, SentencePieceVocab, Vocab
+
+# role -> token, per kind; the order is the order of the first ids
+SPECIALS = {
+    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    "sentencepiece": {"unk": "<unk>", "bos": "<s>", "eos": "</s>", "cls": "<cls>", "sep": "<sep>", "pad": "<pad>",
+                      "mask": "<mask>", "eod": "<eod>", "eop": "<eop>"},
+}
+# the sentencepiece pieces besides <unk>, <s>, </s> (which sentencepiece itself places at 0-2)
+_SP_CONTROL = ["<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]
+FILES = {"wordpiece": ("tokenizer.json", "vocab.txt", "tokenizer_config.json"),
+         "sentencepiece": ("spiece.model", "tokenizer_config.json")}
+
+
+@dataclass
+class TokenizerConfig:
+    """What ``genfeat tokenizer train`` trains."""
+
+    kind: Literal["wordpiece", "sentencepiece"] = "wordpiece"
+    """wordpiece (BERT, ``tokenizers``) or sentencepiece (unigram, XLNet)."""
+    vocab_size: int = 8000
+    """Number of types, special tokens included."""
+    lowercase: bool = False
+    """Lower-case the text first (an "uncased" tokenizer); the setting is saved with it."""
+
+    def __post_init__(self):
+        if self.kind not in FILES:
+            raise ConfigError(f"tokenizer kind {self.kind!r} is unknown", "use wordpiece or sentencepiece")
+        if self.vocab_size < len(SPECIALS[self.kind]) + 1:
+            raise ConfigError(f"vocab size {self.vocab_size} leaves no room beside the {len(SPECIALS[self.kind])} "
+                              "special tokens", "pass a larger --vocab-size")
+
+
+def corpus_files(corpus: str | Path) -> list[Path]:
+    """The text files of ``corpus``: the file itself, or every file under the folder (sorted, hidden ones skipped)."""
+    path = Path(corpus)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        if files:
+            return files
+        raise DataError(f"corpus folder '{path}' holds no files", "put text files (one document each) in it")
+    raise DataError(f"corpus '{path}' does not exist", "pass a text file or a folder of text files")
+
+
+def corpus_lines(corpus: str | Path) -> Iterator[str]:
+    """The non-blank lines of the corpus, stripped; a line that is not UTF-8 raises DataError naming it."""
+    for path in corpus_files(corpus):
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError as e:
+                    raise DataError(f"'{path}' line {number} is not UTF-8 text ({e.reason} at byte {e.start})",
+                                    "convert the file to UTF-8 (e.g. iconv -t UTF-8) or remove the line") from None
+                if line:
+                    yield line
+
+
+def _checked_lines(corpus: str | Path) -> list[str]:
+    lines = list(corpus_lines(corpus))
+    if not lines:
+        raise DataError(f"corpus '{corpus}' holds no text (every line is blank)", "pass a corpus with text in it")
+    return lines
+
+
+def _wordpiece_pipeline(tok, lowercase: bool):
+    """BERT's normaliser, pre-tokeniser and decoder on a WordPiece ``tokenizers.Tokenizer``, and its
+    [CLS] A [SEP] B [SEP] template once the vocabulary holds [CLS] and [SEP] (after training)."""
+    from tokenizers import decoders, normalizers, pre_tokenizers, processors
+
+    sp = SPECIALS["wordpiece"]
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    cls_id, sep_id = tok.token_to_id(sp["cls"]), tok.token_to_id(sp["sep"])
+    if cls_id is not None and sep_id is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{sp['cls']} $A {sp['sep']}", pair=f"{sp['cls']} $A {sp['sep']} $B:1 {sp['sep']}:1",
+            special_tokens=[(sp["cls"], cls_id), (sp["sep"], sep_id)])
+    return tok
+
+
+def _train_wordpiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> BPEVocab:
+    from tokenizers import Tokenizer, models, trainers
+
+    sp = SPECIALS["wordpiece"]
+    tok = _wordpiece_pipeline(Tokenizer(models.WordPiece(unk_token=sp["unk"])), cfg.lowercase)
+    tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=cfg.vocab_size,
+                                                             special_tokens=list(sp.values()), show_progress=False))
+    size = tok.get_vocab_size()
+    if size < cfg.vocab_size:
+        raise DataError(f"the corpus yields only {size} WordPiece types, fewer than --vocab-size {cfg.vocab_size}",
+                        f"pass --vocab-size {size} or less, or a larger corpus")
+    if size > cfg.vocab_size:
+        raise DataError(f"the corpus's characters and the special tokens alone make {size} WordPiece types, more "
+                        f"than --vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or more")
+    _wordpiece_pipeline(tok, cfg.lowercase).save(str(out / "tokenizer.json"))
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
+    _write_config(out, "BertTokenizer", cfg.lowercase, "wordpiece")
+    return BPEVocab(tok)
+
+
+def _train_sentencepiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> SentencePieceVocab:
+    import io
+
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, vocab_size=cfg.vocab_size,
+                                       model_type="unigram", control_symbols=_SP_CONTROL,
+                                       normalization_rule_name="nmt_nfkc_cf" if cfg.lowercase else "nmt_nfkc",
+                                       num_threads=min(os.cpu_count() or 1, 16), minloglevel=2)
+    except RuntimeError as e:
+        too_high = re.search(r"Vocabulary size too high \((\d+)\).*<= (\d+)", str(e))
+        if too_high:
+            raise DataError(f"the corpus supports at most {too_high.group(2)} sentencepiece types, fewer than "
+                            f"--vocab-size {cfg.vocab_size}", f"pass --vocab-size {too_high.group(2)} or less, "
+                            "or a larger corpus") from None
+        raise DataError(f"sentencepiece cannot train on this corpus ({str(e).strip().splitlines()[-1]})",
+                        "check --vocab-size against the corpus") from None
+    (out / "spiece.model").write_bytes(buf.getvalue())
+    _write_config(out, "XLNetTokenizer", cfg.lowercase, "sentencepiece")
+    return SentencePieceVocab(buf.getvalue())
+
+
+def _write_config(out: Path, cls: str, lowercase: bool, kind: str) -> None:
+    sp = SPECIALS[kind]
+    config = {"tokenizer_class": cls, "do_lower_case": lowercase, "model_max_length": 512,
+              **{f"{role}_token": sp[role] for role in ("unk", "cls", "sep", "pad", "mask")}}
+    if kind == "sentencepiece":
+        config.update(bos_token=sp["bos"], eos_token=sp["eos"], additional_special_tokens=[sp["eop"], sp["eod"]],
+                      remove_space=True, keep_accents=True)
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -> Vocab:
+    """Train a tokenizer on ``corpus`` and write its Hugging Face files to ``out`` (replaced as a whole).
+
+    Raises:
+        DataError: a missing or empty corpus, a line that is not UTF-8, a vocabulary size the
+            corpus cannot fill (or that its alphabet alone exceeds).
+        ConfigError: ``out`` is a file, or a folder holding anything but tokenizer files.
+    """
+    out = Path(out)
+    known = {name for files in FILES.values() for name in files}
+    if out.exists() and (not out.is_dir() or any(p.name not in known for p in out.iterdir())):
+        raise ConfigError(f"--out '{out}' is a file or a folder holding other files, which writing the tokenizer "
+                          "there would delete", "pass a new folder, or a tokenizer folder to replace")
+    lines = _checked_lines(corpus)
+    with atomic_dir(out) as tmp:
+        return (_train_wordpiece if cfg.kind == "wordpiece" else _train_sentencepiece)(lines, cfg, tmp)
+
+
+def load_tokenizer(path: str | Path) -> Vocab:
+    """Read a tokenizer folder: ``tokenizer.json`` (any ``tokenizers`` tokenizer), else ``vocab.txt``
+    (WordPiece; lower-cased unless tokenizer_config.json says ``do_lower_case: false``, as
+    transformers' BertTokenizer), else ``spiece.model``."""
+    from .vocab import _tokenizer_from_json
+
+    path = Path(path)
+    try:
+        if (path / "tokenizer.json").is_file():
+            return BPEVocab(_tokenizer_from_json((path / "tokenizer.json").read_text(encoding="utf-8")))
+        if (path / "vocab.txt").is_file():
+            from tokenizers import Tokenizer, models
+
+            config = path / "tokenizer_config.json"
+            lowercase = json.loads(config.read_text()).get("do_lower_case", True) if config.is_file() else True
+            tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
+            vocab = {token: i for i, token in enumerate(tokens)}
+            if len(vocab) != len(tokens):
+                raise ValueError("vocab.txt lists a token twice")
+            if SPECIALS["wordpiece"]["unk"] not in vocab:
+                raise ValueError(f"vocab.txt has no {SPECIALS['wordpiece']['unk']}")
+            tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIALS["wordpiece"]["unk"]))
+            return BPEVocab(_wordpiece_pipeline(tok, lowercase))
+        if (path / "spiece.model").is_file():
+            return SentencePieceVocab((path / "spiece.model").read_bytes())
+    except (ValueError, RuntimeError, OSError) as e:
+        raise DataError(f"tokenizer folder '{path}' cannot be read ({e})",
+                        "pass a folder written by 'genfeat tokenizer train' or a Hugging Face tokenizer folder") from None
+    raise DataError(f"'{path}' holds no tokenizer.json, vocab.txt or spiece.model",
+                    "pass a folder written by 'genfeat tokenizer train' or a Hugging Face tokenizer folder")
+
+
+def _pieces(vocab: Vocab) -> list[str]:
+    """Every id's token string, in id order."""
+    if isinstance(vocab, SentencePieceVocab):
+        return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+    if isinstance(vocab, BPEVocab):
+        return [vocab.tokenizer.id_to_token(i) for i in range(len(vocab))]
+    raise DataError(f"a {vocab.kind} vocabulary has no subword pieces", "use a wordpiece or sentencepiece tokenizer")
+
+
+def special_ids(vocab: Vocab) -> dict[str, int]:
+    """role (pad, unk, cls, sep, mask, ...) -> id of the special tokens the vocabulary holds."""
+    index = {piece: i for i, piece in enumerate(_pieces(vocab))}
+    kind = "sentencepiece" if isinstance(vocab, SentencePieceVocab) else "wordpiece"
+    return {role: index[token] for role, token in SPECIALS[kind].items() if token in index}
+
+
+def word_start(vocab: Vocab) -> torch.Tensor:
+    """[V] bool: True for ids that begin a word (WordPiece: not ``##``; sentencepiece: ``▁``; special tokens)."""
+    pieces = _pieces(vocab)
+    specials = set(special_ids(vocab).values())
+    if isinstance(vocab, SentencePieceVocab):
+        starts = [p.startswith("\u2581") or i in specials for i, p in enumerate(pieces)]
+    else:
+        starts = [not p.startswith("##") for p in pieces]
+    return torch.tensor(starts, dtype=torch.bool)

@@ -1,0 +1,149 @@
+"""`genfeat tokenizer train`: WordPiece and sentencepiece files that Hugging Face loads, the loader, clear errors."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from genfeat.cli import main
+from genfeat.data.tokenizers import TokenizerConfig, load_tokenizer, special_ids, train_tokenizer, word_start
+from genfeat.errors import ConfigError, DataError
+
+TEXT = ["The lower bound is tight, and the upper bound follows from it.",
+        "A newer model is wider than the older models were last year.",
+        "The widest margin wins; narrower margins lose their training runs.",
+        "Bounded models generalise when margins are wide and data is plentiful.",
+        "Generative features help classifiers that see few labelled examples.",
+        "Quickly jumping foxes vex the lazy brown dog behind the barn.",
+        "Semi-supervised learning uses unlabelled reviews, graphs, and questions.",
+        "Transformers attend over every position; recurrent networks carry memory."] * 25
+PROBE = "The newest wider bound, narrowly tight models!"
+WIKI = Path(os.environ.get("GENFEAT_DATA", "../shared/data")) / "wikitext-2"
+
+
+def corpus(tmp_path, lines=TEXT, name="corpus.txt"):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_wordpiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    vocab = train_tokenizer(TokenizerConfig("wordpiece", 120), corpus(tmp_path), tmp_path / "tok")
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["tokenizer.json", "tokenizer_config.json",
+                                                                    "vocab.txt"]
+    assert len(vocab) == 120 and special_ids(vocab) == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    ids = vocab.encode(PROBE)
+    assert 2 not in ids and 3 not in ids  # no [CLS]/[SEP]: the data pipeline adds them
+    for cls in (transformers.BertTokenizerFast, transformers.BertTokenizer, transformers.AutoTokenizer):
+        hf = cls.from_pretrained(tmp_path / "tok")
+        assert hf(PROBE, add_special_tokens=False).input_ids == ids
+        assert hf("a", "b").input_ids[0] == 2 and hf("a", "b").input_ids[-1] == 3
+    # the vocab.txt alone (as in many Hugging Face folders) gives the same tokenizer
+    (tmp_path / "tok" / "tokenizer.json").unlink()
+    assert load_tokenizer(tmp_path / "tok").encode(PROBE) == ids
+    pieces = [vocab.tokenizer.id_to_token(i) for i in range(len(vocab))]
+    starts = word_start(vocab)
+    assert any(p.startswith("##") for p in pieces)
+    assert all(bool(starts[i]) == (not p.startswith("##")) for i, p in enumerate(pieces))
+
+
+def test_sentencepiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    vocab = train_tokenizer(TokenizerConfig("sentencepiece", 90), corpus(tmp_path), tmp_path / "tok")
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["spiece.model", "tokenizer_config.json"]
+    assert len(vocab) == 90
+    assert special_ids(vocab) == {"unk": 0, "bos": 1, "eos": 2, "cls": 3, "sep": 4, "pad": 5, "mask": 6, "eod": 7,
+                                  "eop": 8}  # XLNet's layout
+    ids = vocab.encode(PROBE)
+    for cls in (transformers.XLNetTokenizer, transformers.AutoTokenizer):
+        hf = cls.from_pretrained(tmp_path / "tok")
+        assert hf(PROBE, add_special_tokens=False).input_ids == ids
+        assert hf("a", "b").input_ids[-2:] == [4, 3]  # ... <sep> <cls>
+    assert load_tokenizer(tmp_path / "tok").encode(PROBE) == ids
+    starts = word_start(vocab)
+    assert bool(starts[vocab.sp.piece_to_id("<mask>")])
+    assert all(bool(starts[i]) == vocab.sp.id_to_piece(i).startswith("\u2581") for i in range(9, len(vocab)))
+
+
+def test_lowercase_is_applied_and_saved(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    vocab = train_tokenizer(TokenizerConfig("wordpiece", 110, lowercase=True), corpus(tmp_path), tmp_path / "tok")
+    assert vocab.encode("THE BOUND") == vocab.encode("the bound")
+    assert json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert transformers.BertTokenizer.from_pretrained(tmp_path / "tok")("THE BOUND", add_special_tokens=False) \
+        .input_ids == vocab.encode("the bound")
+
+
+def test_a_folder_of_documents_is_one_corpus(tmp_path):
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    corpus(tmp_path / "docs", TEXT[:2] * 10, "a.txt")
+    corpus(tmp_path / "docs" / "sub", TEXT[2:4] * 10, "b.txt")
+    corpus(tmp_path / "docs", ["zzzz qqqq"] * 50, ".hidden")  # hidden files are not documents
+    vocab = train_tokenizer(TokenizerConfig("wordpiece", 100), tmp_path / "docs", tmp_path / "tok")
+    pieces = set(vocab.tokenizer.get_vocab())
+    assert "margin" in pieces or "margins" in pieces  # from sub/b.txt
+    assert "z" not in pieces and "q" not in pieces
+
+
+def test_bad_corpora_and_sizes_are_one_clear_error(tmp_path):
+    for kind in ("wordpiece", "sentencepiece"):
+        with pytest.raises(DataError, match="holds no text"):
+            train_tokenizer(TokenizerConfig(kind, 50), corpus(tmp_path, ["", "   ", ""]), tmp_path / "tok")
+        with pytest.raises(DataError, match=r"supports at most \d+|yields only \d+"):
+            train_tokenizer(TokenizerConfig(kind, 5000), corpus(tmp_path), tmp_path / "tok")
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("good line\ncaf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"'.*latin1\.txt' line 2 is not UTF-8 text.*fix: convert"):
+        train_tokenizer(TokenizerConfig("wordpiece", 50), bad, tmp_path / "tok")
+    with pytest.raises(DataError, match="does not exist"):
+        train_tokenizer(TokenizerConfig("wordpiece", 50), tmp_path / "nope.txt", tmp_path / "tok")
+    with pytest.raises(DataError, match=r"make \d+ WordPiece types, more than --vocab-size 8"):
+        train_tokenizer(TokenizerConfig("wordpiece", 8), corpus(tmp_path), tmp_path / "tok")
+    with pytest.raises(ConfigError, match="no room beside the 5 special tokens"):
+        TokenizerConfig("wordpiece", 5)
+    assert not (tmp_path / "tok").exists()  # nothing half-written by the failures
+
+
+def test_out_is_replaced_whole_and_never_a_folder_of_other_files(tmp_path):
+    text = corpus(tmp_path)
+    train_tokenizer(TokenizerConfig("wordpiece", 120), text, tmp_path / "tok")
+    before = (tmp_path / "tok" / "vocab.txt").read_text()
+    with pytest.raises(DataError):  # a failed retrain leaves the old tokenizer in place
+        train_tokenizer(TokenizerConfig("wordpiece", 9000), text, tmp_path / "tok")
+    assert (tmp_path / "tok" / "vocab.txt").read_text() == before
+    train_tokenizer(TokenizerConfig("sentencepiece", 90), text, tmp_path / "tok")  # a tokenizer folder is replaced
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["spiece.model", "tokenizer_config.json"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.md").write_text("mine")
+    with pytest.raises(ConfigError, match="holding other files"):
+        train_tokenizer(TokenizerConfig("wordpiece", 120), text, tmp_path / "other")
+    with pytest.raises(DataError, match="holds no tokenizer.json, vocab.txt or spiece.model"):
+        load_tokenizer(tmp_path / "other")
+    (tmp_path / "other" / "vocab.txt").write_text("a\nb\na\n")
+    with pytest.raises(DataError, match="cannot be read"):
+        load_tokenizer(tmp_path / "other")
+
+
+@pytest.mark.skipif(not (WIKI / "wiki.valid.tokens").is_file(), reason="needs GENFEAT_DATA with wikitext-2")
+@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece"])
+def test_cli_trains_on_wikitext2_and_encodes_held_out_text(tmp_path, capsys, kind):
+    out = tmp_path / kind
+    assert main(["tokenizer", "train", "--kind", kind, "--corpus", str(WIKI / "wiki.valid.tokens"),
+                 "--vocab-size", "2000", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["vocab_size"] == 2000 and result["kind"] == kind
+    vocab = load_tokenizer(out)
+    assert len(vocab) == 2000
+    with open(WIKI / "wiki.test.tokens", encoding="utf-8") as f:
+        # WikiText's own "<unk>" marker is left out: sentencepiece reserves that string for its unknown piece
+        held_out = [line.replace("<unk>", "").strip() for line in f if len(line.split()) > 20][:50]
+    ids = [vocab.encode(line) for line in held_out]
+    unk = special_ids(vocab)["unk"]
+    n = sum(len(x) for x in ids)
+    assert sum(x.count(unk) for x in ids) < 0.01 * n  # the subwords cover unseen text
+    assert n / sum(len(line.split()) for line in held_out) < 2.0  # and are more than characters
+    assert main(["tokenizer", "train", "--kind", kind, "--corpus", str(WIKI / "wiki.valid.tokens"),
+                 "--vocab-size", "900000", "--out", str(out)]) == 2
+    assert "fix: pass --vocab-size" in capsys.readouterr().err
