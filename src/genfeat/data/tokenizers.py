@@ -28,6 +28,7 @@ from typing import Iterator, Literal
 
 import torch
 
+from ..config import Config
 from ..errors import ConfigError, DataError
 from ..io import atomic_dir
 from .vocab import BPEVocab, SentencePieceVocab, Vocab
@@ -45,7 +46,7 @@ FILES = {"wordpiece": ("tokenizer.json", "vocab.txt", "tokenizer_config.json"),
 
 
 @dataclass
-class TokenizerConfig:
+class TokenizerConfig(Config):
     """What ``genfeat tokenizer train`` trains."""
 
     kind: Literal["wordpiece", "sentencepiece"] = "wordpiece"
