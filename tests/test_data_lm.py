@@ -233,3 +233,99 @@ def test_tensor_stream_refuses_a_short_batch_a_rank_would_get_nothing_of():
     TensorStream(data, 4).shard(1, 2)  # with drop_last the short batch is never drawn
     with pytest.raises(ConfigError, match="not divisible by the 2 processes"):
         TensorStream(data, 3).shard(0, 2)
+
+
+def unverified(monkeypatch, tmp_path, name: str, files: dict[str, bytes], keep_size: bool = False) -> None:
+    """Write ``files`` (file key -> bytes) where dataset ``name`` keeps them under a data root in
+    ``tmp_path``, and declare them without checksums (they are stand-ins in the dataset's format)."""
+    import dataclasses
+
+    spec = registry.get_dataset(name)
+    no_digest = {f.name: None for f in dataclasses.fields(registry.FileSpec)
+                 if f.name in ("sha256", "sha1", "git_blob", "md5") or (f.name == "size" and not keep_size)}
+    monkeypatch.setitem(registry._REGISTRY, name, dataclasses.replace(
+        spec, files={k: dataclasses.replace(f, **no_digest) for k, f in spec.files.items()}))
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    for key, data in files.items():
+        path = tmp_path / spec.files[key].relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def test_byte_vocab():
+    from genfeat.data.vocab import ByteVocab
+
+    v = ByteVocab()
+    assert len(v) == 256 and v.encode("aé€\n") == [97, 0xC3, 0xA9, 0xE2, 0x82, 0xAC, 10]
+    assert v.decode(v.encode("aé€\n")) == "aé€\n"
+    assert v.decode([0xC3]) == "\ufffd", "a cut multi-byte character decodes to U+FFFD instead of failing"
+
+
+@pytest.mark.parametrize("name", ["enwik8", "text8"])
+def test_enwik8_and_text8_are_cut_at_90m_and_95m(tmp_path, monkeypatch, name):
+    # The published splits (Mahoney's files as used by Chung et al. 2015 and Transformer-XL): the first
+    # 90M bytes / characters train, the next 5M valid, the last 5M test. A 100M-byte stand-in, sparse
+    # (NULs but for markers around the cuts); enwik8 is byte level, so a character cut at a boundary stays cut.
+    from genfeat.data.vocab import ByteVocab
+
+    unverified(monkeypatch, tmp_path, name, {}, keep_size=True)
+    path = tmp_path / registry.get_dataset(name).files["all"].relpath
+    path.parent.mkdir(parents=True)
+    cut = b"x\xc3\xa9y" if name == "enwik8" else b"xeey"
+    with open(path, "wb") as f:
+        f.truncate(100_000_000)
+        for at, marker in ((0, b"ab"), (89_999_998, cut), (94_999_998, b"pq rs"), (99_999_998, b"zz")):
+            f.seek(at)
+            f.write(marker)
+    # text8 is 27 characters, lower case a-z and space; the stand-in has NULs between the markers
+    vocab = ByteVocab() if name == "enwik8" else \
+        SymbolVocab(["\x00", " "] + [chr(c) for c in range(ord("a"), ord("z") + 1)], "char")
+    corpus = load_corpus(name, vocab, splits={"valid", "test"})
+    valid, test = corpus.splits["valid"], corpus.splits["test"]
+    assert valid.numel() == test.numel() == 5_000_000
+    decode = (lambda ids: bytes(ids).decode("latin-1")) if name == "enwik8" else vocab.decode
+    expected_start = "\xa9y" if name == "enwik8" else "ey"
+    assert decode(valid[:2].tolist()) == expected_start and decode(valid[-2:].tolist()) == "pq"
+    assert decode(test[:3].tolist()) == " rs" and decode(test[-2:].tolist()) == "zz"
+
+
+def char_ptb(line: str) -> str:
+    """A word-level PTB line in the character-level format (Mikolov et al. 2012; awd-lstm-lm's pennchar):
+    each word's characters joined by spaces, words by " _ ", and " \\n" at the end of the line."""
+    return " _ ".join(" ".join(word) for word in line.split()) + " \n"
+
+
+def test_ptb_char_and_text8_formats(tmp_path, monkeypatch):
+    lines = ["the <unk> cat sat", "on N mats", "a cat 's hat"]
+    files = {split: "".join(char_ptb(line) for line in part).encode()
+             for split, part in (("train", lines), ("valid", lines[1:]), ("test", lines[:1]))}
+    unverified(monkeypatch, tmp_path, "ptb_char", files)
+    corpus = load_corpus("ptb_char")
+    vocab = corpus.vocab
+    # one token per character, "_" between words, <eos> per line; <unk> is spelt out in this version
+    assert set(vocab.symbols) == set("".join(lines).replace(" ", "")) | {"_", "<eos>"}
+    assert len(corpus.splits["valid"]) == sum(len(line.replace(" ", "")) + len(line.split()) for line in lines[1:])
+    text = vocab.decode(corpus.splits["valid"].tolist())
+    assert [row.replace(" ", "").replace("_", " ") for row in text.splitlines()] == lines[1:]
+
+    alphabet = "the quick brown fox jumps over a lazy dog"
+    unverified(monkeypatch, tmp_path, "text8", {"all": (alphabet * 3).encode()})
+    text8 = load_corpus("text8")
+    # 27 types: the letters a-z and space (one line, no newline); a file this short is all training text
+    assert len(text8.vocab) == 27 and text8.vocab.symbols[0] == " "
+    assert text8.vocab.decode(text8.splits["train"].tolist()) == alphabet * 3
+    assert text8.splits["valid"].numel() == text8.splits["test"].numel() == 0
+
+
+@needs_data
+def test_ptb_char_valid_and_test_follow_the_word_level_files():
+    words = {split: (Path(DATA) / "ptb" / f"ptb.{split}.txt").read_text().splitlines() for split in ("valid", "test")}
+    symbols = [s for split in words for s in (Path(DATA) / "ptb" / "char" / f"ptb.char.{split}.txt").read_text().split()]
+    vocab = SymbolVocab.build(symbols + ["<eos>"], "word", specials=("<eos>",))
+    assert len(vocab) == 50, "49 symbols and <eos>: the alphabet size usually reported for character-level PTB"
+    for split, count in (("valid", 393042), ("test", 442423)):
+        tokens, _ = load_split(f"ptb_char:{split}", vocab)
+        assert tokens.numel() == count == sum(len(line.replace(" ", "")) + len(line.split()) for line in words[split])
+        text = vocab.decode(tokens.tolist())
+        assert [row.replace(" ", "").replace("_", " ") for row in text.splitlines()] == \
+            [" ".join(line.split()) for line in words[split]]
