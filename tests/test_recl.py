@@ -1,5 +1,6 @@
 """RECL (Dai et al. 2019, App. C; thesis §2.1.4) on a hand-computed group, synthetic curves and real models."""
 
+import copy
 import math
 
 import numpy as np
@@ -7,8 +8,10 @@ import pytest
 import torch
 
 from genfeat.errors import ConfigError
+from genfeat.eval.lm import token_losses
 from genfeat.eval.recl import recl_from_losses, run_recl
-from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+
+from _txl_fixtures import periodic, tiny
 
 GRID = [10, 20, 30, 40, 50, 60]
 
@@ -100,18 +103,67 @@ def test_delta_must_land_on_grid_and_inputs_are_checked():
         recl_from_losses(synthetic()[:, :5], GRID)
 
 
-def test_run_recl_writes_table_and_plots(tmp_path):
-    torch.manual_seed(0)
-    cfg = TransformerXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, d_inner=32, n_layer=1, mem_len=8,
-                              dropout=0.0)
-    models = {"a": TransformerXLLMHeadModel(cfg), "b": TransformerXLLMHeadModel(cfg)}
-    tokens = torch.randint(0, 30, (400,))
-    res = run_recl(models, tokens, [4, 8, 16], r=[1.0, 0.5], out_dir=tmp_path, seg_len=4, batch_size=2)
-    assert set(res["recl"]) == {"a", "b"} and set(res["recl"]["a"]) == {"r=1", "r=0.5"}
-    assert res["tokens"] == (400 // 2 - 1) * 2
+@pytest.fixture(scope="module")
+def copy_model():
+    """A 1-layer LM trained to copy the token 6 steps back (fresh period-6 patterns every step)."""
+    model = tiny(scale=0.0, init_std=0.2, proj_init_std=0.2, n_layer=1, mem_len=12).train()
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for step in range(150):
+        x, y, _ = periodic(b=16, t=12, period=6, alphabet=4, seed=step + 1)
+        first = model(x[:, :12], labels=y[:, :12])
+        loss = -model(x[:, 12:], mems=first.mems, labels=y[:, 12:]).target_log_probs.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def png_size(path):
+    head = open(path, "rb").read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_run_recl_finds_the_context_a_copy_model_needs(tmp_path, copy_model):
+    # Held-out patterns (seed 0 was never trained on), 8 streams of 60 tokens. With segments of 2
+    # every token sees between c - 1 and c tokens. The copy model needs the token 6 back: context 4
+    # cannot see it, 8 can, 16 adds nothing, so its RECL is 8. With its attention output zeroed the
+    # model sees only the current token: no context helps and its RECL is the smallest context.
+    x, _, _ = periodic(b=8, t=60, period=6, alphabet=4, segments=1, seed=0)
+    tokens = x.flatten()
+    blind = copy.deepcopy(copy_model)
+    with torch.no_grad():
+        blind.layers[0].attn.out.weight.zero_()
+    contexts = [2, 4, 8, 16]
+    res = run_recl({"copy": copy_model, "blind": blind}, tokens, contexts, r=[1.0, 0.5], out_dir=tmp_path,
+                   seg_len=2, batch_size=8)
+    assert res["recl"] == {"copy": {"r=1": 8, "r=0.5": 8}, "blind": {"r=1": 2, "r=0.5": 2}}
+    assert res["recl_lower_bounds"] == {"copy": [], "blind": []}
+    assert res["tokens"] == 8 * 59
+    ppl = res["ppl"]
+    for c in (4, 8):  # the reported perplexities are those of the per-token losses at each context
+        want = math.exp(float(token_losses(copy_model, tokens, c, seg_len=2, batch_size=8).mean()))
+        assert ppl["copy"][str(c)] == pytest.approx(want, rel=1e-5)
+    assert ppl["copy"]["4"] > 10 * max(ppl["copy"]["8"], ppl["copy"]["16"])
+    assert max(ppl["blind"].values()) == pytest.approx(min(ppl["blind"].values()), rel=1e-5)
+    table = (tmp_path / "recl.txt").read_text().splitlines()
+    assert table[1].split() == ["copy", "8", "8"] and table[2].split() == ["blind", "2", "2"]
+    assert "extend --contexts" not in "\n".join(table)
+    # Figures of figsize x 120 dpi with the curves drawn: more than a few colours, the first
+    # line colour (matplotlib's C0) among them.
+    from matplotlib.image import imread
+
+    gain_plot, ppl_plot = res["plots"]
+    assert png_size(gain_plot) == (1200, 432) and png_size(ppl_plot) == (600, 432)
     for plot in res["plots"]:
-        assert open(plot, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-    table = (tmp_path / "recl.txt").read_text()
-    assert "r=1" in table
-    assert set(res["recl_lower_bounds"]) == {"a", "b"}
-    assert ("extend --contexts" in table) == any(res["recl_lower_bounds"].values())
+        pixels = (imread(plot)[..., :3] * 255).round().astype(int).reshape(-1, 3)
+        colours = {tuple(p) for p in pixels}
+        assert len(colours) > 20 and (31, 119, 180) in colours
+
+
+def test_run_recl_on_a_short_grid_flags_lower_bounds(tmp_path, copy_model):
+    x, _, _ = periodic(b=4, t=60, period=6, alphabet=4, segments=1, seed=0)
+    res = run_recl({"copy": copy_model}, x.flatten(), [4, 8], out_dir=tmp_path, seg_len=2, batch_size=4)
+    assert res["recl"] == {"copy": {"r=1": 8}} and res["recl_lower_bounds"] == {"copy": ["r=1"]}
+    assert res["tokens"] == 4 * 59
+    assert "extend --contexts" in (tmp_path / "recl.txt").read_text()
