@@ -133,5 +133,6 @@ def test_balanced_subset_is_per_class_seeded_and_checked():
     assert not np.array_equal(a, balanced_subset(labels, 100, 10, seed=2))
     with pytest.raises(ConfigError, match="not a positive multiple of the 10 classes"):
         balanced_subset(labels, 105, 10, seed=0)
-    with pytest.raises(ConfigError, match="class 0 has only 30 examples"):
-        balanced_subset(labels, 400, 10, seed=0)
+    fewer_threes = np.r_[labels[labels != 3], np.full(20, 3)]
+    with pytest.raises(ConfigError, match="class 3 has only 20 examples. fix: set labelled to at most 200"):
+        balanced_subset(fewer_threes, 300, 10, seed=0)

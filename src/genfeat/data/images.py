@@ -214,12 +214,11 @@ def balanced_subset(labels: np.ndarray, size: int, num_classes: int, seed: int, 
         raise ConfigError(f"{field} is {size}, not a positive multiple of the {num_classes} classes",
                           f"set {field} to a multiple of {num_classes} (e.g. {num_classes * max(size // num_classes, 1)})")
     per_class = size // num_classes
+    counts = np.bincount(labels, minlength=num_classes)
+    smallest = int(counts.argmin())
+    if counts[smallest] < per_class:
+        raise ConfigError(f"{field} is {size}: {per_class} per class, but class {smallest} has only "
+                          f"{counts[smallest]} examples", f"set {field} to at most {num_classes * counts[smallest]}")
     rng = np.random.RandomState(seed)
-    picked = []
-    for k in range(num_classes):
-        members = np.flatnonzero(labels == k)
-        if len(members) < per_class:
-            raise ConfigError(f"{field} is {size}: {per_class} per class, but class {k} has only {len(members)} "
-                              f"examples", f"set {field} to at most {num_classes * len(members)}")
-        picked.append(rng.choice(members, per_class, replace=False))
+    picked = [rng.choice(np.flatnonzero(labels == k), per_class, replace=False) for k in range(num_classes)]
     return np.sort(np.concatenate(picked))
