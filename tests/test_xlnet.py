@@ -102,3 +102,39 @@ def test_bad_inputs_name_the_argument():
         net(x + V)
     with pytest.raises(ValueError, match="reuse_len"):
         XLNetConfig(reuse_len=0)
+
+
+def test_attention_at_chosen_query_rows_matches_the_full_rows_with_gradients():
+    """nn.attention's query_pos (gather/scatter of distances) against the same queries placed at
+    every position (the strided relative shift), values and all gradients, with memory."""
+    from genfeat.nn.attention import RelativeMultiHeadAttention, sinusoid
+
+    torch.manual_seed(4)
+    b, t, m, d, heads, e = 2, 6, 3, 8, 2, 4
+    attn = RelativeMultiHeadAttention(d, heads, e).double()
+    h, mem = torch.randn(b, t, d, dtype=torch.double), torch.randn(b, m, d, dtype=torch.double)
+    g = torch.randn(b, 2, d, dtype=torch.double, requires_grad=True)
+    rows = torch.tensor([[1, 4], [5, 0]])
+    u, v, sb = (torch.randn(heads, e, dtype=torch.double, requires_grad=True) for _ in range(3))
+    seg_embed = torch.randn(2, heads, e, dtype=torch.double, requires_grad=True)
+    pos = sinusoid(torch.arange(m + t, -t, -1), d).double()
+    mask = torch.rand(b, t, m + t) < 0.3
+    seg = torch.nn.functional.one_hot((torch.rand(b, t, m + t) < 0.5).long(), 2)
+    pick = torch.arange(b)[:, None], rows
+
+    def run(chosen: bool):
+        if chosen:
+            return attn(h, pos, mask[pick], u, v, query=g, seg_mat=seg[pick], seg_embed=seg_embed, r_s_bias=sb,
+                        pos_max=m + t, mem=mem, query_pos=rows)
+        full = torch.zeros(b, t, d, dtype=torch.double).index_put((pick[0], rows), g)
+        return attn(h, pos, mask, u, v, query=full, seg_mat=seg, seg_embed=seg_embed, r_s_bias=sb, pos_max=m + t,
+                    mem=mem)[pick]
+
+    weights = torch.randn(b, 2, d, dtype=torch.double)
+    inputs = [g, u, v, sb, seg_embed, *attn.parameters()]
+    grads = []
+    for chosen in (True, False):
+        out = run(chosen)
+        grads.append((out, torch.autograd.grad((out * weights).sum(), inputs)))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-10)
+    assert all(torch.allclose(a, c, atol=1e-10) for a, c in zip(grads[0][1], grads[1][1]))

@@ -10,8 +10,9 @@ Each layer runs two streams that share every weight (Eq. 2.4):
 
 The query stream exists only in pretraining and only for the predicted positions: it is given by
 ``target_mapping`` [b, n, t] (row p one-hot at the position of the p-th prediction), its states
-are [b, n, d], and the LM head (tied to the word embeddings, plus a bias) is applied to those n
-states only. Attention itself is the relative attention of Transformer-XL
+are [b, n, d], its attention has n query rows (not t, as in HF, which scatters the n queries to
+all t positions and gathers them back), and the LM head (tied to the word embeddings, plus a bias)
+is applied to those n states only. Attention itself is the relative attention of Transformer-XL
 (``genfeat.nn.attention``, Eq. 2.3) with bidirectional relative positions (distances k .. -t+1)
 and XLNet's relative segment encodings: (q_i + b)^T s_ij with s_ij = s+ when positions i and j
 are in the same segment and s- otherwise. The memory of earlier segments (``mems``, ``mem_len``,
@@ -22,7 +23,9 @@ The forward pass takes Hugging Face's named inputs (``input_ids``, ``perm_mask``
 ``transformers.XLNetLMHeadModel``, so the two can be compared directly (genfeat.interop.hf_xlnet
 converts weights both ways). Differences: ``mems`` are [b, m, d] (HF: [m, b, d]); a query row
 whose every key is blocked attends to nothing (zero attention output) where HF averages all
-values uniformly; ``mem_len`` 0 keeps no memory (HF's ``mem_len=None`` keeps all states).
+values uniformly; ``mem_len`` 0 keeps no memory (HF's ``mem_len=None`` keeps all states); a
+``target_mapping`` row must be one-hot (HF also accepts mixtures of positions) or all zeros, which
+pads: its logits are computed at position 0 and are meaningless (HF returns LN(g) there).
 
 Axes: b batch, t segment length, m memory length, k = m + t key length, n predicted positions,
 d model width, h heads, e head width, V vocabulary, L layers.
@@ -105,6 +108,11 @@ class XLNetOutput:
     reused positions; empty when ``mem_len`` is 0."""
 
 
+def _rows(x: Tensor, rows: Tensor) -> Tensor:
+    """x [b, t, ...] at the positions rows [b, n] -> [b, n, ...]."""
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], rows]
+
+
 class XLNetLayer(nn.Module):
     """Two-stream relative attention and a feed-forward block, each with residual and post layer norm.
 
@@ -126,38 +134,35 @@ class XLNetLayer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def _attend(self, h: Tensor, pos: Tensor, mask: Tensor | None, seg_mat: Tensor | None, mem: Tensor | None,
-                query: Tensor | None = None) -> Tensor:
+                query: Tensor | None = None, query_pos: Tensor | None = None) -> Tensor:
         return self.attn(h, pos, mask, self.r_w_bias, self.r_r_bias, query=query, seg_mat=seg_mat,
                          seg_embed=self.seg_embed, r_s_bias=self.r_s_bias, pos_max=pos.shape[0] - h.shape[1],
-                         mem=mem)
+                         mem=mem, query_pos=query_pos)
 
     def _post(self, x: Tensor, a: Tensor) -> Tensor:
         x = self.attn_norm(x + self.drop(a))
         return self.ff_norm(x + self.ff(x))
 
     def forward(self, h: Tensor, g: Tensor | None, pos: Tensor, mask_h: Tensor | None, mask_g: Tensor | None,
-                seg_mat: Tensor | None, mem: Tensor | None, target_mapping: Tensor | None
+                seg_h: Tensor | None, seg_g: Tensor | None, mem: Tensor | None, rows: Tensor | None
                 ) -> tuple[Tensor, Tensor | None]:
         """One layer of Eq. 2.4.
 
         Args:
             h: [b, t, d] content stream; g: [b, n, d] query stream or None.
             pos: [k + t, d] encodings of the distances k .. -t+1.
-            mask_h, mask_g: bool [b, t, k] (True = blocked) of the content and query streams, or None.
-            seg_mat: [b, t, k, 2] one-hot same / different segment, or None.
+            mask_h: bool [b, t, k] (True = blocked) of the content stream, or None.
+            mask_g: bool [b, n, k] of the query stream (the rows of its predicted positions), or None.
+            seg_h, seg_g: [b, t, k, 2] and [b, n, k, 2] one-hot same / different segment, or None.
             mem: [b, m, d] or None.
-            target_mapping: [b, n, t] (with g).
+            rows: long [b, n], the positions the query stream predicts (with g).
         Returns:
             The new (h, g).
         """
-        new_h = self._post(h, self._attend(h, pos, mask_h, seg_mat, mem))
+        new_h = self._post(h, self._attend(h, pos, mask_h, seg_h, mem))
         if g is None:
             return new_h, None
-        # The relative shift needs the queries at consecutive positions, so the n queries are
-        # scattered to their positions, attended with their rows of mask_g and gathered back.
-        query = torch.bmm(target_mapping.transpose(1, 2), g)                                  # [b, t, d]
-        a = torch.bmm(target_mapping, self._attend(h, pos, mask_g, seg_mat, mem, query=query))  # [b, n, d]
-        return new_h, self._post(g, a)
+        return new_h, self._post(g, self._attend(h, pos, mask_g, seg_g, mem, query=g, query_pos=rows))
 
 
 class XLNetLMHeadModel(nn.Module):
@@ -208,10 +213,11 @@ class XLNetLMHeadModel(nn.Module):
         return self.drop(sinusoid(dist, self.config.d_model).to(self.word_emb.weight.dtype))
 
     @staticmethod
-    def _masks(b: int, t: int, m: int, perm_mask: Tensor | None, attention_mask: Tensor | None, device
-               ) -> tuple[Tensor | None, Tensor | None]:
-        """Content- and query-stream masks [b, t, k] (True = blocked): the memory is always visible;
-        the query stream follows ``perm_mask`` and padding, the content stream also sees itself."""
+    def _masks(b: int, t: int, m: int, perm_mask: Tensor | None, attention_mask: Tensor | None,
+               rows: Tensor | None, device) -> tuple[Tensor | None, Tensor | None]:
+        """Content-stream mask [b, t, k] and query-stream mask [b, n, k] (its rows ``rows``), True =
+        blocked: the memory is always visible; the query stream follows ``perm_mask`` and padding,
+        the content stream also sees itself."""
         if perm_mask is None and attention_mask is None:
             return None, None
         blocked = torch.zeros(b, t, m + t, dtype=torch.bool, device=device)
@@ -219,9 +225,9 @@ class XLNetLMHeadModel(nn.Module):
             blocked[:, :, m:] |= perm_mask.bool()
         if attention_mask is not None:
             blocked[:, :, m:] |= ~attention_mask.bool()[:, None, :]
-        content = blocked.clone()
-        content[:, :, m:].diagonal(dim1=1, dim2=2).fill_(False)
-        return content, blocked
+        query = None if rows is None else _rows(blocked, rows)
+        blocked[:, :, m:].diagonal(dim1=1, dim2=2).fill_(False)
+        return blocked, query
 
     @staticmethod
     def _segments(token_type_ids: Tensor | None, m: int) -> Tensor | None:
@@ -246,18 +252,19 @@ class XLNetLMHeadModel(nn.Module):
         m = mems[0].shape[1] if mems else 0
         klen = m + t
         h = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
-        g = None
+        g = rows = None
         if target_mapping is not None:
-            target_mapping = target_mapping.to(h.dtype)
-            g = self.drop(self.mask_emb.expand(b, target_mapping.shape[1], -1))             # [b, n, d]
-        mask_h, mask_g = self._masks(b, t, m, perm_mask, attention_mask, h.device)
-        seg_mat = self._segments(token_type_ids, m)
+            rows = target_mapping.argmax(-1)                                                # [b, n]
+            g = self.drop(self.mask_emb.expand(b, rows.shape[1], -1))                       # [b, n, d]
+        mask_h, mask_g = self._masks(b, t, m, perm_mask, attention_mask, rows, h.device)
+        seg_h = self._segments(token_type_ids, m)
+        seg_g = None if seg_h is None or rows is None else _rows(seg_h, rows)
         pos = self._positions(t, klen, h.device)
         hids = []
         for i, layer in enumerate(self.layers):
             hids.append(h)
             mem = mems[i] if m else None
-            args = (h, g, pos, mask_h, mask_g, seg_mat, mem, target_mapping)
+            args = (h, g, pos, mask_h, mask_g, seg_h, seg_g, mem, rows)
             if cfg.checkpoint_layers and self.training and torch.is_grad_enabled():
                 h, g = checkpoint(layer, *args, use_reentrant=False)
             else:

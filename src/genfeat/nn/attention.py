@@ -70,18 +70,27 @@ def _mask_terms(mask: Tensor | None, dtype: torch.dtype) -> tuple[Tensor | None,
     return blocked, (~mask).to(dtype)
 
 
+def _distance_index(rows: Tensor, klen: int, offset: int) -> Tensor:
+    """Column ``offset - p + j`` [b, t, k] of the distance-indexed scores that query row at position p
+    (``rows`` [b, t]) needs for key j: ``rel_shift`` for queries at arbitrary positions."""
+    return (offset - rows)[:, :, None] + torch.arange(klen, device=rows.device)
+
+
 def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor | None, bias: Tensor | None,
-                blocked: Tensor | None, offset: int, scale: float) -> Tensor:
+                blocked: Tensor | None, offset: int, scale: float, index: Tensor | None = None) -> Tensor:
     """Masked, scaled scores [h, b, t, k] of Eq. 2.3 in at least fp32 (qu, qw already scaled).
 
-    ``blocked`` is the additive mask of ``_mask_terms``: blocked entries end at about -1e30."""
+    ``blocked`` is the additive mask of ``_mask_terms``: blocked entries end at about -1e30.
+    ``index`` ([b, t, k], from ``_distance_index``) realigns distances by a gather instead of the
+    strided view, for queries that are not the last t positions in order."""
     h, b, t, e = qw.shape
     acc = accumulation_dtype(k.dtype)
     score = torch.matmul(qu, k.transpose(-1, -2)).to(acc)                      # (a) + (c)
     bd = torch.matmul(qw.reshape(h, b * t, e), r.transpose(1, 2)).to(acc)       # (b) + (d) by distance: [h, b*t, P]
     if pos_bias is not None:
         bd.add_(pos_bias[:, None, :], alpha=scale)
-    score.add_(rel_shift(bd.view(h, b, t, -1), k.shape[2], offset))
+    bd = bd.view(h, b, t, -1)
+    score.add_(rel_shift(bd, k.shape[2], offset) if index is None else bd.gather(3, index.expand(h, -1, -1, -1)))
     if bias is not None:
         score.add_(bias, alpha=scale)
     if blocked is not None:
@@ -97,16 +106,18 @@ class _RelativeAttentionCore(torch.autograd.Function):
     Saves q, kv, r and the rows' log-sum-exp; the [t, k] probabilities are recomputed in
     backward rather than stored, and the distance realignment is a strided view in both passes.
     Inputs use the head-major layout [h, b, ...] so one matmul per head covers the whole batch
-    for the position terms and a [b, t, k] mask broadcasts over heads.
+    for the position terms and a [b, t, k] mask broadcasts over heads. With ``index`` (queries at
+    arbitrary positions, ``_distance_index``) distances are realigned by a gather and their
+    gradient returned by the matching scatter.
     """
 
     @staticmethod
-    def forward(ctx, q, u, w, kv, r, pos_bias, bias, mask, offset, scale, p_drop):
+    def forward(ctx, q, u, w, kv, r, pos_bias, bias, mask, offset, scale, p_drop, index=None):
         k, v = kv.unbind(0)
         with torch.autocast(q.device.type, enabled=False):
             qu, qw = _biased_queries(q, u, w, scale, k.dtype)
             blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
-            score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale)
+            score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale, index)
             # a query with every key blocked attends to nothing (zero output, zero gradients)
             lse = softmax_(score, allowed=allowed)
             prob = score
@@ -115,19 +126,20 @@ class _RelativeAttentionCore(torch.autograd.Function):
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
                 prob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
             out = torch.matmul(prob.to(v.dtype), v)                              # [h, b, t, e]
-        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep)
+        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, index)
         ctx.offset, ctx.scale, ctx.p_drop = offset, scale, p_drop
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep = ctx.saved_tensors
+        q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, index = ctx.saved_tensors
         k, v = kv.unbind(0)
         dkv = torch.empty_like(kv)
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
         qu, qw = _biased_queries(q, u, w, scale, k.dtype)
-        prob = exp_floored_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale).sub_(lse), allowed)
+        prob = exp_floored_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale, index).sub_(lse),
+                            allowed)
         dout = dout.to(v.dtype)
         dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
         if keep is not None:
@@ -146,11 +158,14 @@ class _RelativeAttentionCore(torch.autograd.Function):
         # overlap only in entries that read a neighbouring row, whose gradient is zero (masked).
         p = r.shape[1]
         dbd = dscore.new_zeros(h, b, t, p)
-        view = rel_shift(dbd, k.shape[2], ctx.offset)
-        cols = min(k.shape[2], p - 1)
-        view[..., :cols].copy_(dscore[..., :cols])
-        if cols < k.shape[2]:
-            view[..., -1, cols:].copy_(dscore[..., -1, cols:])
+        if index is not None:  # a row's keys have distinct distances: nothing to add up
+            dbd.scatter_(3, index.expand(h, -1, -1, -1), dscore)
+        else:
+            view = rel_shift(dbd, k.shape[2], ctx.offset)
+            cols = min(k.shape[2], p - 1)
+            view[..., :cols].copy_(dscore[..., :cols])
+            if cols < k.shape[2]:
+                view[..., -1, cols:].copy_(dscore[..., -1, cols:])
         dbd = dbd.view(h, b * t, p)
         ds_pos = dbd.to(r.dtype)
         dqw = torch.matmul(ds_pos, r).view(h, b, t, e)
@@ -161,7 +176,7 @@ class _RelativeAttentionCore(torch.autograd.Function):
         dw = dqw.sum((1, 2)).mul_(scale).to(w.dtype) if w is not None and ctx.needs_input_grad[2] else None
         dpos = dbd.sum(1).mul_(scale).to(pos_bias.dtype) if pos_bias is not None and ctx.needs_input_grad[5] else None
         dbias = dscore.mul_(scale).to(bias.dtype) if bias is not None and ctx.needs_input_grad[6] else None
-        return dq.to(q.dtype), du, dw, dkv, dr.to(r.dtype), dpos, dbias, None, None, None, None
+        return dq.to(q.dtype), du, dw, dkv, dr.to(r.dtype), dpos, dbias, None, None, None, None, None
 
 
 def _biased_queries(q: Tensor, u: Tensor | None, w: Tensor | None, scale: float, dtype) -> tuple[Tensor, Tensor]:
@@ -251,7 +266,7 @@ class RelativeMultiHeadAttention(nn.Module):
                 r_r_bias: Tensor | None = None, query: Tensor | None = None,
                 seg_mat: Tensor | None = None, seg_embed: Tensor | None = None,
                 r_s_bias: Tensor | None = None, pos_max: int | None = None, cache: ProjectionCache | None = None,
-                mem: Tensor | None = None) -> Tensor:
+                mem: Tensor | None = None, query_pos: Tensor | None = None) -> Tensor:
         """Attend from the last t positions of ``h`` (or from ``query``) over [memory, h].
 
         Args:
@@ -271,6 +286,9 @@ class RelativeMultiHeadAttention(nn.Module):
                 projected encodings of the previous call when ``mem`` is the memory they were
                 computed for; on return ``cache.kv`` holds the keys and values of all k positions.
             mem: [b, m, d] the memory (stop-gradient states of the previous segments), or None.
+            query_pos: [b, t] long, the positions in ``h`` (0 .. n-1) of the ``query`` rows when
+                they are not the last t positions in order (XLNet's query stream at the predicted
+                positions only); ``mask`` and ``seg_mat`` then have one row per query.
         Returns:
             [b, t, d] attention output (before the residual connection).
 
@@ -325,9 +343,15 @@ class RelativeMultiHeadAttention(nn.Module):
         if seg_mat is not None:
             ef = torch.einsum("hbte,she->hbts", q + r_s_bias[:, None, None, :], seg_embed)   # [h, b, t, 2]
             bias = torch.einsum("hbts,btks->hbtk", ef, seg_mat.to(ef.dtype))
-        offset = (pos.shape[0] - 1 if pos_max is None else pos_max) - (klen - t)
+        d0 = pos.shape[0] - 1 if pos_max is None else pos_max
+        index = None
+        if query_pos is None:
+            offset = d0 - (klen - t)
+        else:
+            offset = d0 - m
+            index = _distance_index(query_pos, klen, offset)
         p_drop = self.dropatt.p if self.training else 0.0
-        out = _RelativeAttentionCore.apply(q, u, w, kv, r, pos_bias, bias, mask, offset, self.scale, p_drop)
+        out = _RelativeAttentionCore.apply(q, u, w, kv, r, pos_bias, bias, mask, offset, self.scale, p_drop, index)
         return self.out(out.permute(1, 2, 0, 3).reshape(b, t, heads * e))
 
 
