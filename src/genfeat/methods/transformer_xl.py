@@ -38,7 +38,8 @@ class LMDataConfig(Config):
     tgt_len: int = 70
     """Tokens predicted per segment."""
     ext_len: int = 0
-    """Extended context of the original code: tokens of the previous segment re-fed without loss."""
+    """Extended context of the original code: tokens of the previous segment re-fed without loss
+    (the memory then leaves them out; evaluation feeds no token twice)."""
     shuffle_segments: bool = False
     """Draw segments in random order, without carrying memory (the no-recurrence ablation)."""
     holdout: float = 0.0
@@ -55,6 +56,9 @@ class LMDataConfig(Config):
             raise ValueError("data.batch_size and data.tgt_len must be >= 1 and data.ext_len >= 0")
         if not 0.0 <= self.holdout < 1.0:
             raise ValueError(f"data.holdout is a fraction in [0, 1), got {self.holdout}")
+        if self.ext_len and self.shuffle_segments:
+            raise ValueError("data.ext_len re-feeds the previous segment, which shuffled segments do not have: "
+                             "drop data.ext_len or data.shuffle_segments")
 
 
 @dataclass
@@ -72,6 +76,14 @@ class LMEvalConfig(Config):
     valid_tokens: int = 0
     """Score only the first N tokens of the validation split during training (0: all)."""
 
+    def __post_init__(self):
+        if self.tgt_len is not None and self.tgt_len < 1:
+            raise ValueError(f"eval.tgt_len must be >= 1 (or null: data.tgt_len), got {self.tgt_len}")
+        if self.mem_len is not None and self.mem_len < 0:
+            raise ValueError(f"eval.mem_len must be >= 0 (or null: model.mem_len), got {self.mem_len}")
+        if self.batch_size < 1 or self.valid_tokens < 0:
+            raise ValueError("eval.batch_size must be >= 1 and eval.valid_tokens >= 0")
+
 
 @dataclass
 class LMObjectiveConfig(Config):
@@ -87,6 +99,11 @@ class GenerateConfig(Config):
     length: int = 0
     top_k: int = 40
     temperature: float = 1.0
+
+    def __post_init__(self):
+        if self.length < 0 or self.top_k < 1 or self.temperature <= 0:
+            raise ValueError(f"generate.length must be >= 0, generate.top_k >= 1 and generate.temperature > 0, "
+                             f"got {self.length}, {self.top_k}, {self.temperature}")
 
 
 @dataclass
@@ -113,6 +130,11 @@ def build_model_config(model: dict[str, Any], n_token: int):
     if "n_token" in model and model["n_token"] != n_token:
         raise ConfigError(f"model.n_token is {model['n_token']} but the vocabulary has {n_token} types",
                           "drop model.n_token from the recipe: it is set from the vocabulary")
+    if model.get("ext_len"):
+        # the training stream's ext_len is what the memory must leave out; a model that always leaves
+        # tokens out would skip them at every segment boundary of the evaluation, which re-feeds none
+        raise ConfigError(f"model.ext_len is {model['ext_len']}: the extended context belongs to the training stream",
+                          "set data.ext_len instead and drop model.ext_len")
     return from_dict(TransformerXLConfig, {**model, "n_token": n_token}, "model")
 
 
@@ -158,7 +180,7 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
     else:
         stream = LMOrderedStream(train_tokens, cfg.data.batch_size, cfg.data.tgt_len, ext_len=cfg.data.ext_len)
     recurrent = model_cfg.mem_len > 0 and not cfg.data.shuffle_segments
-    objective = CausalLMObjective(cfg.objective.loss_positions, recurrence=recurrent)
+    objective = CausalLMObjective(cfg.objective.loss_positions, recurrence=recurrent, ext_len=cfg.data.ext_len)
 
     eval_tgt = cfg.eval.tgt_len or cfg.data.tgt_len
     eval_mem = cfg.eval.mem_len if cfg.eval.mem_len is not None else model_cfg.mem_len

@@ -157,8 +157,8 @@ class TransformerXLLayer(nn.Module):
 class TransformerXLLMHeadModel(nn.Module):
     """Transformer-XL language model: adaptive input, L layers with memory, adaptive softmax.
 
-    ``model(input_ids, mems=None, labels=None, *, mem_len=None, clamp_len=None, return_log_probs=False,
-    cache=None)``
+    ``model(input_ids, mems=None, labels=None, *, mem_len=None, clamp_len=None, ext_len=None,
+    return_log_probs=False, cache=None)``
 
     Args:
         input_ids: [b, t] token ids of the segment.
@@ -167,6 +167,9 @@ class TransformerXLLMHeadModel(nn.Module):
             log-probabilities are returned).
         mem_len, clamp_len: override the config for this call (evaluation with another
             attention length).
+        ext_len: override the config for this call: the memory leaves out the segment's last
+            ext_len positions, which a stream with ``ext_len`` feeds again at the start of the
+            next input (training with extended context; evaluation streams feed nothing twice).
         return_log_probs: also return full [b, t, V] log-probabilities (generation).
         cache: fast cached evaluation (no gradients; relative and Shaw attention): the list from
             :meth:`new_cache`, passed with every segment of a stream together with that call's
@@ -230,13 +233,14 @@ class TransformerXLLMHeadModel(nn.Module):
         return [ProjectionCache() for _ in self.layers]
 
     def forward(self, input_ids: Tensor, mems: list[Tensor] | None = None, labels: Tensor | None = None, *,
-                mem_len: int | None = None, clamp_len: int | None = None,
+                mem_len: int | None = None, clamp_len: int | None = None, ext_len: int | None = None,
                 return_log_probs: bool = False, cache: list[ProjectionCache] | None = None) -> TransformerXLOutput:
         cfg = self.config
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache has {len(cache)} entries for {len(self.layers)} layers: use model.new_cache()")
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
+        ext_len = cfg.ext_len if ext_len is None else ext_len
         b, t = input_ids.shape
         m = mems[0].shape[1] if mems else 0
         klen = m + t
@@ -259,10 +263,10 @@ class TransformerXLLMHeadModel(nn.Module):
             else:
                 h = layer(h, mem, pos, mask, shared, cache[i] if cache is not None else None)
         h = self.drop(h)
-        new_mems = self._update_mems(hids, mems, mem_len, t)
+        new_mems = self._update_mems(hids, mems, mem_len, t, ext_len)
         if cache is not None:
             # keep the keys and values of exactly the positions the new memory holds
-            begin, end = self._mem_window(m, t, mem_len)
+            begin, end = self._mem_window(m, t, mem_len, ext_len)
             for c, new_mem in zip(cache, new_mems or [None] * len(cache)):
                 c.kv = c.kv[:, :, :, begin:end] if new_mem is not None and c.kv is not None else None
                 c.mem = new_mem
@@ -276,17 +280,19 @@ class TransformerXLLMHeadModel(nn.Module):
         full = self.crit.log_prob(flat).view(b, t, -1) if return_log_probs else None
         return TransformerXLOutput(hidden=h, mems=new_mems, target_log_probs=target_lp, log_probs=full)
 
-    def _mem_window(self, m: int, t: int, mem_len: int) -> tuple[int, int]:
+    @staticmethod
+    def _mem_window(m: int, t: int, mem_len: int, ext_len: int) -> tuple[int, int]:
         """[begin, end) of the new memory among the m + t positions [memory, segment]."""
-        end = m + max(0, t - self.config.ext_len)
+        end = m + max(0, t - ext_len)
         return max(0, end - mem_len), end
 
-    def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None, mem_len: int, t: int) -> list[Tensor]:
+    def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None, mem_len: int, t: int,
+                     ext_len: int) -> list[Tensor]:
         """Keep the last mem_len layer inputs, excluding the ext_len extension (stop-gradient)."""
         if mem_len <= 0:
             return []
         m = mems[0].shape[1] if mems else 0
-        begin, end = self._mem_window(m, t, mem_len)
+        begin, end = self._mem_window(m, t, mem_len, ext_len)
         if begin >= m:
             # inside the segment: a view of the layer input, which the backward pass keeps anyway
             return [hid[:, begin - m:end - m].detach() for hid in hids]

@@ -22,23 +22,32 @@ class CausalLMObjective(Objective):
             (the "half loss" of Table 2.6, which evens out the context that absolute-position
             models without recurrence see).
         recurrence: carry the memory to the next segment (False: every segment starts empty).
+        ext_len: the ``ext_len`` of the stream, whose inputs start with that many tokens of the
+            previous segment (scored by nobody): the memory then leaves them out, so the context is
+            every earlier token once (default None: the model's ``ext_len``).
 
-    The batch must have ``input`` and ``target`` ([b, t] token ids) and ``new_epoch`` (bool).
+    The batch must have ``input`` ([b, t] token ids, or [b, ext_len + t]), ``target`` ([b, t]) and
+    ``new_epoch`` (bool).
     """
 
     name = "lm"
 
-    def __init__(self, loss_positions: Literal["full", "half"] = "full", recurrence: bool = True):
+    def __init__(self, loss_positions: Literal["full", "half"] = "full", recurrence: bool = True,
+                 ext_len: int | None = None):
         if loss_positions not in ("full", "half"):
             raise ValueError(f"loss_positions must be 'full' or 'half', got {loss_positions!r}")
+        if ext_len is not None and ext_len < 0:
+            raise ValueError(f"ext_len must be >= 0, got {ext_len}")
         self.loss_positions = loss_positions
         self.recurrence = recurrence
+        self.ext_len = ext_len
         self.mems: list[Tensor] | None = None
 
     def __call__(self, model: nn.Module, batch) -> LossOutput:
         if batch.new_epoch or not self.recurrence:
             self.mems = None
-        out = model(batch.input, mems=self.mems, labels=batch.target)
+        extra = {} if self.ext_len is None else {"ext_len": self.ext_len}
+        out = model(batch.input, mems=self.mems, labels=batch.target, **extra)
         if self.recurrence:
             self.mems = out.mems
         log_probs = out.target_log_probs  # [b, t]
