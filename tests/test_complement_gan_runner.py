@@ -20,7 +20,8 @@ RECIPES = pathlib.Path(__file__).resolve().parents[1] / "recipes" / "complement_
 pytestmark = pytest.mark.skipif(not (DATA / "mnist" / "train-images-idx3-ubyte.gz").is_file(), reason="no MNIST")
 
 TINY = {"steps": 4, "model.d_hidden": [32, 16], "model.g_hidden": [32], "unlabelled_batch": 20, "init_batch": 50,
-        "train.eval_every": 2, "train.save_every": 2, "train.progress": False}
+        "train.eval_every": 2, "train.save_every": 2, "train.progress": False,
+        "samples_png": ""}
 
 
 @pytest.fixture(autouse=True)

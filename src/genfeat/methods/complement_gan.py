@@ -119,11 +119,13 @@ class ComplementGANRecipe(Config):
 
 @dataclass
 class ImageSplits:
-    """Float images in the model's pixel range: labelled (with labels), unlabelled, test (with labels)."""
+    """Float images in the model's pixel range: labelled (with labels), unlabelled (with the labels that only
+    the 2-D figures use), test (with labels)."""
 
     x_lab: torch.Tensor
     y_lab: torch.Tensor
     x_unl: torch.Tensor
+    y_unl: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
 
@@ -158,7 +160,7 @@ def load_splits(cfg: ComplementGANRecipe, seed: int) -> ImageSplits:
                           f"set model.image_shape {list(x.shape[1:])} and model.num_classes {k}")
     idx = balanced_subset(y, cfg.labelled, k, seed)
     x_all = scale(x)
-    return ImageSplits(x_all[idx], torch.from_numpy(y[idx]), x_all, scale(xt), torch.from_numpy(yt))
+    return ImageSplits(x_all[idx], torch.from_numpy(y[idx]), x_all, torch.from_numpy(y), scale(xt), torch.from_numpy(yt))
 
 
 class PairedStream:
@@ -269,7 +271,6 @@ def plot_case_study(model: ComplementGAN, data: ImageSplits, out: Path, seed: in
         axes = torch.linalg.svd(h_real - centre, full_matrices=False).Vh[:2].t()
         h_real, h_fake = (h_real - centre) @ axes, (h_fake - centre) @ axes
     x_unl, x_lab, fake2 = data.x_unl.reshape(-1, 2), data.x_lab.reshape(-1, 2), fake.reshape(-1, 2)
-    y_unl = data.y_test.new_tensor(two_moons(len(x_unl), seed=1000 + seed)[1])
     figures = []
 
     def save(fig, name):
@@ -282,7 +283,7 @@ def plot_case_study(model: ComplementGAN, data: ImageSplits, out: Path, seed: in
 
     def points(ax):
         ax.scatter(x_unl[:, 0], x_unl[:, 1], s=3, c="0.6", label="unlabelled")
-        ax.scatter(fake2[:, 0], fake2[:, 1], s=4, c="tab:red", marker="x", lw=0.6, label="generated")
+        ax.scatter(fake2[:, 0], fake2[:, 1], s=4, c="k", marker="x", lw=0.6, label="generated")
         ax.scatter(x_lab[:, 0], x_lab[:, 1], s=90, c=data.y_lab, cmap="coolwarm", vmin=0, vmax=1, edgecolors="k",
                    label="labelled")
         ax.set_xlim(0, 1)
@@ -302,8 +303,8 @@ def plot_case_study(model: ComplementGAN, data: ImageSplits, out: Path, seed: in
     ax.set_title("classification boundary (black), true-fake boundary (green)")
     save(fig, "boundaries")
     fig, ax = plt.subplots(figsize=(5, 5))
-    ax.scatter(h_real[:, 0], h_real[:, 1], s=3, c=y_unl, cmap="coolwarm", vmin=0, vmax=1, label="real (by class)")
-    ax.scatter(h_fake[:, 0], h_fake[:, 1], s=4, c="tab:red", marker="x", lw=0.6, label="generated")
+    ax.scatter(h_real[:, 0], h_real[:, 1], s=3, c=data.y_unl, cmap="coolwarm", vmin=0, vmax=1, label="real (by class)")
+    ax.scatter(h_fake[:, 0], h_fake[:, 1], s=4, c="k", marker="x", lw=0.6, label="generated")
     ax.legend(loc="best", fontsize=8)
     ax.set_title("feature space h(x), first two principal axes")
     save(fig, "features")
