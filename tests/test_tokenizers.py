@@ -40,6 +40,9 @@ def test_wordpiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
         hf = cls.from_pretrained(tmp_path / "tok")
         assert hf(PROBE, add_special_tokens=False).input_ids == ids
         assert hf("a", "b").input_ids[0] == 2 and hf("a", "b").input_ids[-1] == 3
+    # ids: the special tokens, then the pieces sorted (the trainer's own numbering of tied pieces varies by run)
+    listed = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert listed[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and listed[5:] == sorted(listed[5:])
     # the vocab.txt alone (as in many Hugging Face folders) gives the same tokenizer
     (tmp_path / "tok" / "tokenizer.json").unlink()
     assert load_tokenizer(tmp_path / "tok").encode(PROBE) == ids

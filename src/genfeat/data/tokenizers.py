@@ -15,6 +15,11 @@ for a ``tokenizers`` tokenizer, :class:`~genfeat.data.vocab.SentencePieceVocab`)
 with checkpoints as vocab.json. :func:`special_ids` and :func:`word_start` give what the
 pretraining objectives need of it. Texts are encoded without special tokens; the data pipeline
 adds them.
+
+Reproducibility: sentencepiece training is deterministic. ``tokenizers``' WordPiece trainer breaks
+ties between equally frequent candidates in a per-process hash order, so on a small corpus two runs
+can keep a few different pieces at the size limit; ids are assigned from the sorted pieces, so the
+same pieces always get the same ids. Keep the written folder and pass it on to reuse a tokenizer.
 """
 
 from __future__ import annotations
@@ -130,11 +135,27 @@ def _train_wordpiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> BPEVo
     if size > cfg.vocab_size:
         raise DataError(f"the corpus's characters and the special tokens alone make {size} WordPiece types, more "
                         f"than --vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or more")
-    _wordpiece_pipeline(tok, cfg.lowercase).save(str(out / "tokenizer.json"))
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
+    # The trainer numbers pieces of tied counts differently from run to run; the special tokens, then
+    # the rest sorted, make the ids a function of the set of pieces (WordPiece matches by text).
+    specials = list(sp.values())
+    tokens = specials + sorted(set(tok.get_vocab()) - set(specials))
+    tok = _wordpiece_from_tokens(tokens, cfg.lowercase)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
     _write_config(out, "BertTokenizer", cfg.lowercase, "wordpiece")
     return BPEVocab(tok)
+
+
+def _wordpiece_from_tokens(tokens: list[str], lowercase: bool):
+    """A BERT WordPiece tokenizer whose id i is ``tokens[i]``."""
+    from tokenizers import Tokenizer, models
+
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise ValueError("the vocabulary lists a token twice")
+    if SPECIALS["wordpiece"]["unk"] not in vocab:
+        raise ValueError(f"the vocabulary has no {SPECIALS['wordpiece']['unk']}")
+    return _wordpiece_pipeline(Tokenizer(models.WordPiece(vocab, unk_token=SPECIALS["wordpiece"]["unk"])), lowercase)
 
 
 def _train_sentencepiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> SentencePieceVocab:
@@ -200,18 +221,10 @@ def load_tokenizer(path: str | Path) -> Vocab:
         if (path / "tokenizer.json").is_file():
             return BPEVocab(_tokenizer_from_json((path / "tokenizer.json").read_text(encoding="utf-8")))
         if (path / "vocab.txt").is_file():
-            from tokenizers import Tokenizer, models
-
             config = path / "tokenizer_config.json"
             lowercase = json.loads(config.read_text()).get("do_lower_case", True) if config.is_file() else True
             tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
-            vocab = {token: i for i, token in enumerate(tokens)}
-            if len(vocab) != len(tokens):
-                raise ValueError("vocab.txt lists a token twice")
-            if SPECIALS["wordpiece"]["unk"] not in vocab:
-                raise ValueError(f"vocab.txt has no {SPECIALS['wordpiece']['unk']}")
-            tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIALS["wordpiece"]["unk"]))
-            return BPEVocab(_wordpiece_pipeline(tok, lowercase))
+            return BPEVocab(_wordpiece_from_tokens(tokens, lowercase))
         if (path / "spiece.model").is_file():
             return SentencePieceVocab((path / "spiece.model").read_bytes())
     except (ValueError, RuntimeError, OSError) as e:
