@@ -6,6 +6,8 @@ import torch
 from genfeat.eval.lm import evaluate_lm, score_lm, token_losses
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 
+from _txl_fixtures import tiny
+
 
 @pytest.fixture(scope="module")
 def model():
@@ -36,6 +38,20 @@ def test_segments_with_memory_equal_one_full_pass(model, tokens):
     assert res["ppl"] == pytest.approx(math.exp(res["loss"]), rel=1e-9)
     assert res["bpc"] == pytest.approx(res["loss"] / math.log(2), rel=1e-9)
     assert res["seconds"] >= 0
+
+
+def test_ext_len_model_and_clamp_len_override(tokens):
+    # a model trained with ext_len leaves its last positions out of the memory only where a stream
+    # feeds them again; evaluation feeds nothing twice, so it must still see every earlier token
+    model, ext = tiny(), tiny(ext_len=3)  # the same weights (far from uniform, so context matters)
+    res = evaluate_lm(ext, tokens, tgt_len=7, mem_len=64)
+    assert res["loss_sum"] == pytest.approx(float(full_context_nll(model, tokens).sum()), abs=1e-4)
+    # clamp_len reaches the model: clamped distances as in one full clamped pass, and not unclamped
+    clamped = evaluate_lm(model, tokens, tgt_len=7, mem_len=64, clamp_len=3)["loss_sum"]
+    with torch.no_grad():
+        ref = -model(tokens[None, :-1], labels=tokens[None, 1:], mem_len=0, clamp_len=3).target_log_probs.sum()
+    assert clamped == pytest.approx(float(ref), abs=1e-4)
+    assert abs(clamped - res["loss_sum"]) > 1.0
 
 
 def test_no_memory_loses_context(model, tokens):

@@ -5,18 +5,20 @@ from genfeat.generation import generate
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 
 
-def model(mem_len=64):
+def model(mem_len=64, **kw):
     torch.manual_seed(0)
     m = TransformerXLLMHeadModel(TransformerXLConfig(n_token=50, cutoffs=[10], d_model=32, n_head=2, d_head=16,
-                                                     d_inner=64, n_layer=2, mem_len=mem_len, dropout=0.0))
+                                                     d_inner=64, n_layer=2, mem_len=mem_len, dropout=0.0, **kw))
     with torch.no_grad():
         for p in m.parameters():
             p.add_(0.3 * torch.randn_like(p))
     return m.eval()
 
 
-def test_top1_equals_greedy_decoding_with_full_recomputation():
-    m = model()
+@pytest.mark.parametrize("kw", [{}, {"ext_len": 2}])
+def test_top1_equals_greedy_decoding_with_full_recomputation(kw):
+    # a model trained with ext_len still keeps every fed token in memory while generating
+    m = model(**kw)
     context = torch.tensor([3, 7, 1, 4])
     sampled = generate(m, context, 12, top_k=1)
     seq = context.clone()

@@ -39,14 +39,15 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     if mem_len is None:
         mem_len = model.config.mem_len or model.config.max_klen
     # Feed all but the last context token to fill the memory; the last one starts sampling.
+    # Nothing is fed twice, so the memory keeps every position (ext_len 0, whatever the model trained with).
     mems, cache = None, model.new_cache() if mem_len > 0 else None
     with torch.no_grad():
         if ids.shape[1] > 1:
-            mems = model(ids[:, :-1], mem_len=mem_len, cache=cache).mems
+            mems = model(ids[:, :-1], mem_len=mem_len, ext_len=0, cache=cache).mems
         token = ids[:, -1:]
         out = []
         for _ in range(length):
-            step = model(token, mems=mems, mem_len=mem_len, return_log_probs=True, cache=cache)
+            step = model(token, mems=mems, mem_len=mem_len, ext_len=0, return_log_probs=True, cache=cache)
             mems = step.mems
             logits = step.log_probs[:, -1].float() / temperature  # [b, V]
             k = min(top_k, logits.shape[-1])

@@ -43,8 +43,9 @@ def score_lm(model: nn.Module, tokens: Tensor, *, tgt_len: int, mem_len: int, cl
     mems, parts = None, []
     cache = model.new_cache() if mem_len > 0 else None  # fast cached evaluation: no re-projection of the memory
     for batch in iter_lm_segments(tokens, batch_size, tgt_len):
+        # ext_len 0: these segments feed no token twice, so the memory must keep every position
         out = model(batch.input.to(device), mems=mems, labels=batch.target.to(device), mem_len=mem_len,
-                    clamp_len=clamp_len, cache=cache)
+                    clamp_len=clamp_len, ext_len=0, cache=cache)
         mems = out.mems if mem_len > 0 else None
         parts.append(-out.target_log_probs.float().cpu())
     model.train(was_training)

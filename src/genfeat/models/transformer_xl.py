@@ -50,7 +50,9 @@ class TransformerXLConfig(Config):
     mem_len: int = 128
     """Memory length m carried between segments (0: no recurrence)."""
     ext_len: int = 0
-    """Length of the extended context of the original code (tokens re-fed without loss)."""
+    """Length of the extended context of the original code (tokens re-fed without loss): the memory
+    leaves out each segment's last ext_len positions. Default of ``forward(ext_len=...)``; evaluation
+    and generation, which feed no token twice, pass 0."""
     clamp_len: int = -1
     """Use the same encoding for all distances >= clamp_len (-1: never clamp)."""
     same_length: bool = False
