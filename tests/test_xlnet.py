@@ -91,6 +91,20 @@ def test_shapes_backward_and_layer_checkpointing():
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
 
 
+def test_bf16_autocast_follows_fp32():
+    net = model(init_std=0.3)
+    x = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(5))
+    perm = torch.rand(2, 8, 8, generator=torch.Generator().manual_seed(6)) < 0.5
+    perm[:, :, 0] = False
+    mapping = one_hot_targets([[2, 5], [7, 1]], 8)
+    with torch.no_grad():
+        want = net(x, perm_mask=perm, target_mapping=mapping).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = net(x, perm_mask=perm, target_mapping=mapping).logits
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() < 0.05 * want.abs().max()
+
+
 def test_bad_inputs_name_the_argument():
     net = model()
     x = torch.randint(0, V, (2, 5))

@@ -134,9 +134,14 @@ def ours_state_to_hf(model: XLNetLMHeadModel) -> dict[str, torch.Tensor]:
 def load_hf_xlnet(path: str | Path) -> XLNetLMHeadModel:
     """Build a genfeat XLNet from a Hugging Face XLNetLMHeadModel directory."""
     path = Path(path)
-    cfg = hf_config_to_ours(json.loads((path / "config.json").read_text()))
+    hf_cfg = json.loads((path / "config.json").read_text())
+    cfg = hf_config_to_ours(hf_cfg)
+    weights = _read_hf_weights(path)
+    if "lm_loss.bias" not in weights:
+        raise CheckpointError(f"'{path}' holds an XLNet without the LM head (architectures "
+                              f"{hf_cfg.get('architectures')})", "pass an XLNetLMHeadModel directory")
     model = XLNetLMHeadModel(cfg)
-    state = hf_state_to_ours(_read_hf_weights(path), cfg)
+    state = hf_state_to_ours(weights, cfg)
     for k, v in model.state_dict().items():
         if tuple(state[k].shape) != tuple(v.shape):
             raise CheckpointError(f"Hugging Face weight for '{k}' has shape {tuple(state[k].shape)}, expected "
