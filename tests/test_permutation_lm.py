@@ -117,3 +117,5 @@ def test_config_checks():
         PermutationLMConfig(k=0.5)
     with pytest.raises(ValueError, match="num_predict"):
         PermutationLMConfig(num_predict=0)
+    with pytest.raises(ValueError, match="same number of predicted tokens"):
+        permutation_inputs(torch.tensor([[True, False, True], [True, False, False]]))

@@ -255,7 +255,7 @@ class XLNetLMHeadModel(nn.Module):
         h = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
         g = rows = None
         if target_mapping is not None:
-            rows = target_mapping.argmax(-1)                                                # [b, n]
+            rows = target_mapping.float().argmax(-1)                                        # [b, n]
             g = self.drop(self.mask_emb.expand(b, rows.shape[1], -1))                       # [b, n, d]
         mask_h, mask_g = self._masks(b, t, m, perm_mask, attention_mask, rows, h.device)
         seg_h = self._segments(token_type_ids, m)

@@ -116,7 +116,10 @@ def permutation_inputs(predicted: Tensor, order: Literal["random", "identity"] =
         positions: long [b, n], the predicted positions in increasing order.
     """
     b, t = predicted.shape
-    n = int(predicted[0].sum())
+    counts = predicted.sum(1)
+    n = int(counts[0])
+    if (counts != n).any():
+        raise ValueError(f"every sequence needs the same number of predicted tokens, got {counts.tolist()}")
     positions = predicted.nonzero()[:, 1].view(b, n)
     if order == "identity":
         ranks = torch.arange(n).expand(b, n)
