@@ -2,10 +2,16 @@
 
 Recipe: ``method: planetoid`` + the fields of :class:`PlanetoidRecipe`. Model selection (keep_best)
 uses validation accuracy only.
+
+Output directory (``--out OUT``): the context initialisation writes ``OUT/init/metrics.jsonl`` and its
+checkpoint ``OUT/init/last``; the alternating phase writes ``OUT/metrics.jsonl``, ``OUT/last`` and,
+at the end, ``OUT/results.json``. ``--resume`` continues from ``OUT/last`` when the alternating phase
+has begun, else from ``OUT/init/last``.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -13,11 +19,14 @@ from typing import Literal
 import numpy as np
 import torch
 
-from ..config import Config
+from ..config import Config, to_dict
+from ..errors import CheckpointError, ConfigError
+from ..framework.checkpoint import load_trainer_state, resume_dir
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
 from ..framework.trainer import TrainConfig, Trainer
+from ..io import backup_path, write_json_atomic
 from ..runner import register_method
 
 
@@ -103,13 +112,20 @@ class PlanetoidRecipe(Config):
     """torch intra-op threads."""
     tsne_png: str = ""
     """When set, write a t-SNE plot of the learned embeddings e_i of the test nodes (Fig. 3.11) to this PNG."""
+    save_every: int = 0
+    """Write the ``last`` checkpoint of the running phase every this many steps (0: at the end of each
+    phase only); needs an output directory."""
+    stop_after_steps: int = 0
+    """End this invocation after this many steps (initialisation and alternating phase together),
+    writing the ``last`` checkpoint, so a run can be done in chunks with ``--resume`` (0: run to the end)."""
 
     def __post_init__(self):
         for name in ("embedding_size", "label_batch", "context_batch", "pairs_per_walk", "label_context_batch",
                      "t1", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("init_label_steps", "init_graph_steps", "steps", "t2", "eval_every", "patience"):
+        for name in ("init_label_steps", "init_graph_steps", "steps", "t2", "eval_every", "patience", "save_every",
+                     "stop_after_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not (0.0 < self.r1 <= 1.0 and 0.0 <= self.r2 <= 1.0):
@@ -220,21 +236,78 @@ def build(cfg: PlanetoidRecipe, seed: int):
     return g, model, labels, init, Phase("train", cfg.steps, stages, optimizers)
 
 
+def _checkpoint_config(cfg: PlanetoidRecipe, model) -> dict:
+    """config.json of a Planetoid checkpoint: the fields that fix the parameters' shapes, and the recipe."""
+    n, f = model.features.shape
+    classes = model.out_e.out_features
+    return {"architecture": "planetoid",
+            "model": {"dataset": cfg.dataset, "mode": cfg.mode, "embedding_size": cfg.embedding_size,
+                      "num_nodes": n, "num_features": f, "num_classes": classes},
+            "recipe": to_dict(cfg)}
+
+
+def _resume_points(out_dir: Path, has_init: bool) -> tuple[Path | None, Path | None]:
+    """(initialisation checkpoint, alternating-phase checkpoint) a resumed run continues from: OUT/last
+    once the alternating phase has written one, else OUT/init/last.
+
+    Raises:
+        CheckpointError: neither exists (the message names OUT/last, or OUT/init/last with an
+            initialisation).
+    """
+    try:
+        return None, resume_dir(out_dir / "last")
+    except CheckpointError:
+        if not has_init:
+            raise
+    return resume_dir(out_dir / "init" / "last"), None
+
+
 @register_method("planetoid", PlanetoidRecipe)
 def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     g, model, labels, init, train = build(cfg, seed)
     val, test = torch.tensor(g.val_idx), torch.tensor(g.test_idx)
+    if resume and out_dir is None:
+        raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
+    out = Path(out_dir) if out_dir is not None else None
+    init_from = train_from = None
+    if resume:
+        init_from, train_from = _resume_points(out, bool(init))
+    elif out is not None:
+        # a fresh run starts over: an earlier run's alternating-phase checkpoint left here would make
+        # a later --resume skip this run's initialisation
+        for stale in (out / "last", backup_path(out / "last")):
+            if stale.is_dir():
+                shutil.rmtree(stale)
+    ckpt_cfg = _checkpoint_config(cfg, model)
+    budget = cfg.stop_after_steps
+    init_steps = 0
     # the initialisation trains embeddings only: a validation-selected checkpoint of it would pick a
-    # random classifier's luckiest state, so it runs without evaluation and model selection
-    if init:
-        Trainer(model, init, TrainConfig(seed=seed, device="cpu", progress=progress, threads=cfg.threads,
-                                         log_every=max(p.steps for p in init)), None, None).fit()
+    # random classifier's luckiest state, so it runs without evaluation and model selection; its own
+    # Trainer also reseeds every RNG at the alternating phase's start, as before checkpoints existed
+    if init and train_from is None:
+        before = load_trainer_state(init_from)["global_step"] if init_from is not None else 0
+        icfg = TrainConfig(seed=seed, device="cpu", progress=progress, threads=cfg.threads,
+                           log_every=max(p.steps for p in init), save_every=cfg.save_every, stop_after_steps=budget)
+        result = Trainer(model, init, icfg, None, out / "init" if out is not None else None,
+                         checkpoint_config=ckpt_cfg, resume_from=init_from).fit()
+        init_steps = result.steps
+        if budget:
+            budget -= result.steps - before
+        if result.interrupted or (cfg.stop_after_steps and budget <= 0):
+            return {"steps": init_steps, "interrupted": 1.0}
+    elif init:
+        init_steps = sum(p.steps for p in init)
     tcfg = TrainConfig(seed=seed, device="cpu", eval_every=cfg.eval_every, early_stop_metric="val_accuracy",
                        early_stop_mode="max", patience=cfg.patience, keep_best=True, progress=progress, threads=cfg.threads,
-                       log_every=max(cfg.steps, 1))
+                       log_every=max(cfg.steps, 1), save_every=cfg.save_every, stop_after_steps=budget)
     evaluate = lambda m: {"val_accuracy": _accuracy(m, val, labels[val])}  # noqa: E731
-    Trainer(model, [train], tcfg, evaluate, None).fit()
+    result = Trainer(model, [train], tcfg, evaluate, out, checkpoint_config=ckpt_cfg, resume_from=train_from).fit()
+    if result.interrupted:
+        return {"steps": init_steps + result.steps, "interrupted": 1.0}
     if cfg.tsne_png:
         plot_tsne(model, test, labels[test], cfg.tsne_png, f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
-    return {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}
+    figures = {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}
+    if out is not None:
+        write_json_atomic(out / "results.json", figures)
+    return figures
