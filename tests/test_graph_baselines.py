@@ -1,6 +1,8 @@
 """Table 3.6 baselines: the recipe's checks, the sparse feature path computes what the dense one did, a
-short run learns."""
+short run learns, and what the graph is worth to each (against the run on a broken graph); --resume is
+refused."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -80,13 +82,68 @@ def test_sparse_dropout_keeps_zeros_and_rescales_stored_entries():
     assert torch.equal(_dropout(dense_in, 0.5, training=False), dense_in)
 
 
-@pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
-@pytest.mark.parametrize("baseline", ["feat", "manireg", "semiemb", "graphemb", "gcn"])
-def test_short_baseline_run_learns(monkeypatch, baseline):
+needs_cora = pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
+
+
+@needs_cora
+@pytest.mark.parametrize("baseline", ["feat", "manireg"])
+def test_short_feature_baseline_run_learns(monkeypatch, baseline):
     monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
     from genfeat.methods.graph_baselines import run
 
-    cfg = GraphBaselineRecipe(dataset="cora", baseline=baseline, steps=100, embed_steps=300)
-    res = run(cfg, seed=0, out_dir=None, progress=False)
-    # 7 classes, the largest ~30% of the test set: 100 Adam steps already do far better
+    res = run(GraphBaselineRecipe(dataset="cora", baseline=baseline, steps=100), seed=0, out_dir=None, progress=False)
+    # 7 classes, the largest ~30% of the test set; seed 0 measured 0.550 (feat) / 0.547 (manireg) test.
+    # ManiReg's graph term is not tested here: on this run it is worth < 0.01 (0.542 with shuffled edges),
+    # as the thesis's and RESULTS' ManiReg is within 0.02 of Feat
     assert res["val_accuracy"] > 0.5 and res["test_accuracy"] > 0.5
+
+
+# Each graph baseline against the same run (seed 0, same steps) on a graph that carries no class
+# information (tests/_graph_controls.py). Test accuracy measured on Cora at this code, seeds 0 / 1
+# (2-core AMD EPYC VM, torch 2.13.0+cpu; about 1-8 s a run): LP 0.715 / 0.715 vs 0.163 / 0.163 with
+# shuffled edges; GCN 0.805 / 0.797 vs 0.571 / 0.585 without edges (a GCN ignoring edges is an MLP);
+# SemiEmb 0.638 / 0.686 vs 0.516 / 0.569 shuffled; GraphEmb 0.663 / 0.686 vs 0.184 / 0.142 shuffled.
+# The floor and the margin sit about halfway between.
+GRAPH_USE = [
+    ("lp", {}, "shuffled", 0.65, 0.4),
+    ("gcn", {"steps": 100}, "none", 0.7, 0.15),
+    ("semiemb", {"steps": 100}, "shuffled", 0.6, 0.06),
+    ("graphemb", {"steps": 100, "embed_steps": 300}, "shuffled", 0.6, 0.3),
+]
+
+
+@needs_cora
+@pytest.mark.parametrize("baseline, fields, broken, floor, margin", GRAPH_USE, ids=[c[0] for c in GRAPH_USE])
+def test_graph_baseline_learns_from_the_edges(monkeypatch, baseline, fields, broken, floor, margin):
+    from _graph_controls import break_edges
+
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    from genfeat.methods.graph_baselines import run
+
+    cfg = GraphBaselineRecipe(dataset="cora", baseline=baseline, **fields)
+    res = run(cfg, seed=0, out_dir=None, progress=False)
+    break_edges(monkeypatch, broken)
+    control = run(cfg, seed=0, out_dir=None, progress=False)
+    assert res["val_accuracy"] > floor and res["test_accuracy"] > floor, res
+    assert res["test_accuracy"] - control["test_accuracy"] > margin, (res, control)
+
+
+@needs_cora
+def test_out_gets_results_and_resume_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    from genfeat.methods.graph_baselines import run
+
+    cfg = GraphBaselineRecipe(dataset="cora", baseline="lp")
+    res = run(cfg, seed=0, out_dir=tmp_path / "out", progress=False)
+    assert json.loads((tmp_path / "out" / "results.json").read_text()) == res
+    with pytest.raises(ConfigError, match="keeps no checkpoint"):
+        run(cfg, seed=0, out_dir=tmp_path / "out", progress=False, resume=True)
+
+
+def test_resume_on_the_command_line_is_one_error_line(tmp_path):
+    recipe = pathlib.Path(__file__).parents[1] / "recipes" / "planetoid" / "cora_gcn.yaml"
+    proc = subprocess.run([sys.executable, "-m", "genfeat.cli", "run", str(recipe), "--out", str(tmp_path),
+                           "--resume"], capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: the graph baseline 'gcn' keeps no checkpoint") and "fix:" in lines[0]
