@@ -329,3 +329,24 @@ def test_ptb_char_valid_and_test_follow_the_word_level_files():
         text = vocab.decode(tokens.tolist())
         assert [row.replace(" ", "").replace("_", " ") for row in text.splitlines()] == \
             [" ".join(line.split()) for line in words[split]]
+
+
+def test_tokens_outside_the_vocabulary_are_counted_per_split(tmp_path):
+    from genfeat.data.vocab import ByteVocab
+
+    (tmp_path / "w.txt").write_text("a b <unk> c\nb d\n")
+    words = SymbolVocab.build("a b <eos> <unk>".split(), "word", specials=("<eos>",), unk="<unk>")
+    corpus = load_corpus(str(tmp_path / "w.txt"), words)
+    assert corpus.oov == {"all": 2}, "c and d; the text's own <unk> is a word of the vocabulary"
+    assert corpus.splits["all"].tolist() == words.encode("a b <unk> <unk>\nb <unk>\n")
+    chars = SymbolVocab(list("ab?"), "char", unk="?")
+    corpus = load_corpus(str(tmp_path / "w.txt"), chars)
+    assert corpus.splits["all"].numel() == 16 and corpus.oov == {"all": 13}
+    assert chars.decode(corpus.splits["all"].tolist()) == "a?b?????????b???"
+    assert load_corpus(str(tmp_path / "w.txt"), ByteVocab()).oov == {"all": 0}
+    text = ["low lower lowest", "new newer newest"] * 20
+    pieces = SentencePieceVocab.train(text, 30)
+    (tmp_path / "s.txt").write_text("lower Ωnew\n")
+    assert load_corpus(str(tmp_path / "s.txt"), pieces).oov == {"all": 1}, "Ω was never seen"
+    with pytest.raises(DataError, match="'enwik8' is byte level but the vocabulary given is of kind 'word'"):
+        load_split("enwik8:valid", words)

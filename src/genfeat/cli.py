@@ -6,7 +6,7 @@ effective context length of a model group), ``export`` (genfeat checkpoint to Hu
 ``tokenizer train`` (a WordPiece or sentencepiece tokenizer for pretraining).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
-``--debug`` shows the traceback instead.
+``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
 """
 
 from __future__ import annotations
@@ -64,6 +64,28 @@ def _check_out(out: str | None, replaces_dir: bool) -> None:
                           "would delete", "pass a new directory, or an existing model directory to replace")
 
 
+OOV_WARN_RATE = 0.05
+"""``evaluate`` and ``recl`` warn on stderr when more than this share of the data's tokens is outside
+the checkpoint's vocabulary: those tokens are all scored as its one unknown token, so the figures no
+longer measure the text (a PTB-vocabulary model on tinyshakespeare:val: 41.0%)."""
+
+
+def _eval_tokens(data: str, vocab, max_tokens: int):
+    """The tokens of ``data`` encoded with ``vocab`` (the first ``max_tokens``; 0: all) and the share
+    of the data's tokens outside ``vocab`` (counted over all of it), warned about above OOV_WARN_RATE."""
+    from .data.corpora import load_split_corpus
+
+    corpus = load_split_corpus(data, vocab)
+    ((split, tokens),) = corpus.splits.items()
+    rate = corpus.oov.get(split, 0) / max(tokens.numel(), 1)
+    if rate > OOV_WARN_RATE:
+        print(f"warning: {rate:.1%} of the {tokens.numel()} tokens of '{data}' are outside the checkpoint's "
+              f"{len(corpus.vocab)}-type vocabulary and are scored as its unknown token, so the figures say little "
+              f"about this text (warned above {OOV_WARN_RATE:.0%}; the share is oov_rate in the output)",
+              file=sys.stderr)
+    return (tokens[:max_tokens] if max_tokens else tokens), rate
+
+
 def _check_ids(tokens, model, data: str) -> None:
     """Refuse token ids the model cannot score (data encoded with another vocabulary)."""
     n_token = model.config.n_token
@@ -106,19 +128,17 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, vocab = _load_lm(args.checkpoint, args.device)
-    from .data.corpora import load_split
     from .eval.lm import evaluate_lm
 
-    tokens, _ = load_split(args.data, vocab=vocab)
-    if args.max_tokens:
-        tokens = tokens[: args.max_tokens]
+    tokens, oov_rate = _eval_tokens(args.data, vocab, args.max_tokens)
     _check_ids(tokens, model, args.data)
     with torch.no_grad():
         result = evaluate_lm(model, tokens, tgt_len=args.tgt_len, mem_len=args.mem_len, clamp_len=args.clamp_len,
                              batch_size=args.batch_size)
     result = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in result.items()}
     result.update({"checkpoint": args.checkpoint, "data": args.data, "tgt_len": args.tgt_len,
-                   "mem_len": args.mem_len, "clamp_len": args.clamp_len, "batch_size": args.batch_size})
+                   "mem_len": args.mem_len, "clamp_len": args.clamp_len, "batch_size": args.batch_size,
+                   "oov_rate": oov_rate})
     _emit(result, args.json, _fmt(result))
 
 
@@ -152,7 +172,6 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
-    from .data.corpora import load_split
     from .eval.recl import check_recl_args, run_recl
 
     _no_extra(extra)
@@ -171,13 +190,12 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
                               "compare models trained on the same corpus and vocabulary")
         vocab0 = vocab0 or vocab
         models[name] = model
-    tokens, _ = load_split(args.data, vocab=vocab0)
-    if args.max_tokens:
-        tokens = tokens[: args.max_tokens]
+    tokens, oov_rate = _eval_tokens(args.data, vocab0, args.max_tokens)
     for model in models.values():
         _check_ids(tokens, model, args.data)
     result = run_recl(models, tokens, contexts=args.contexts, r=args.r, delta=args.delta, threshold=args.threshold,
                       out_dir=args.out, seg_len=args.seg_len, batch_size=args.batch_size)
+    result["oov_rate"] = oov_rate
     _emit(result, args.json, result.get("table", _fmt(result)))
 
 
@@ -227,12 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
 
-    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face)")
+    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face)",
+                       epilog=f"The output's oov_rate is the share of the data's tokens (all of them, before "
+                              f"--max-tokens) outside the checkpoint's vocabulary; above {OOV_WARN_RATE:.0%} a warning "
+                              "goes to stderr.")
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--data", required=True, help="corpus[:split], a text file or a .npy of token ids")
     e.add_argument("--tgt-len", type=int, required=True)
     e.add_argument("--mem-len", type=int, required=True)
-    e.add_argument("--clamp-len", type=int, default=None)
+    e.add_argument("--clamp-len", type=int, default=None,
+                   help="relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
     e.add_argument("--batch-size", type=int, default=1, help="contiguous streams (default 1: one stream)")
     e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0: all)")
     e.add_argument("--threads", type=int, default=0)
@@ -301,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        # outputs are written atomically, so what the interrupted command left is complete
+        hint = (" (outputs written so far are complete; add --resume to continue from OUT/last, which the run "
+                "writes every train.save_every steps)") if args.command == "run" else ""
+        print(f"interrupted{hint}", file=sys.stderr)
         return 130
     return 0
 

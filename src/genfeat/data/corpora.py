@@ -114,6 +114,9 @@ class Corpus:
     """split -> 1-D tensor of token ids."""
     vocab: Vocab
     unit: str
+    oov: dict[str, int] = field(default_factory=dict)
+    """split -> how many of its tokens are outside the vocabulary, encoded as its unknown token (a
+    ``<unk>`` written in the text itself, as in PTB, is in the vocabulary and not counted)."""
 
 
 def _read_text(path: Path) -> str:
@@ -124,20 +127,29 @@ def _read_text(path: Path) -> str:
                         "pass a UTF-8 text file, or a .npy of token ids") from None
 
 
-def _encode_symbols(symbols: list[str], vocab: SymbolVocab) -> torch.Tensor:
-    return torch.tensor([vocab.lookup(s) for s in symbols], dtype=torch.long)
+def _encode_symbols(symbols: list[str], vocab: SymbolVocab) -> tuple[torch.Tensor, int]:
+    """Ids of ``symbols`` and how many are outside the vocabulary (without ``unk``: a ConfigError)."""
+    index, ids, oov = vocab.index, [], 0
+    for s in symbols:
+        i = index.get(s)
+        if i is None:
+            i = vocab.lookup(s)
+            oov += 1
+        ids.append(i)
+    return torch.tensor(ids, dtype=torch.long), oov
 
 
-def _encode_chars(text: str, vocab: SymbolVocab) -> torch.Tensor:
+def _encode_chars(text: str, vocab: SymbolVocab) -> tuple[torch.Tensor, int]:
     if all(len(s) == 1 and ord(s) < 256 for s in vocab.symbols) and text.isascii():
         table = np.full(256, -1, dtype=np.int64)
         for i, s in enumerate(vocab.symbols):
             table[ord(s)] = i
         ids = table[np.frombuffer(text.encode("latin-1"), dtype=np.uint8)]
-        if (ids < 0).any():
-            bad = text[int(np.argmax(ids < 0))]
-            return _encode_symbols([bad], vocab)  # raises the unknown-symbol error
-        return torch.from_numpy(ids)
+        unknown = ids < 0
+        oov = int(unknown.sum())
+        if oov:
+            ids[unknown] = vocab.lookup(text[int(np.argmax(unknown))])  # the unk id, or the unknown-symbol error
+        return torch.from_numpy(ids), oov
     return _encode_symbols(list(text), vocab)
 
 
@@ -169,14 +181,16 @@ def _build_vocab(unit: str, train_text: str, cfg: VocabConfig | None) -> Vocab:
                              unk=UNK if (has_unk or cfg.min_freq > 1 or cfg.max_size) else None, add_eos=cfg.add_eos)
 
 
-def _encode(text: str, vocab: Vocab, unit: str) -> torch.Tensor:
+def _encode(text: str, vocab: Vocab) -> tuple[torch.Tensor, int]:
+    """Ids of ``text`` and how many of them stand for text outside the vocabulary."""
     if isinstance(vocab, SymbolVocab):
         if vocab.kind == "char":
             return _encode_chars(text, vocab)
         return _encode_symbols(_word_symbols(text, vocab.add_eos), vocab)
     if isinstance(vocab, ByteVocab):
-        return torch.from_numpy(np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64))
-    return torch.tensor(vocab.encode(text), dtype=torch.long)
+        return torch.from_numpy(np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)), 0
+    ids = torch.tensor(vocab.encode(text), dtype=torch.long)
+    return ids, 0 if vocab.unk_id is None else int((ids == vocab.unk_id).sum())
 
 
 def _load_npy(path: Path) -> torch.Tensor:
@@ -227,12 +241,14 @@ def load_corpus(spec: str, vocab: Vocab | None = None, *, vocab_cfg: VocabConfig
     """
     name, sep, split = spec.partition(":")
     if sep and name in CORPORA:
-        tokens, vocab = load_split(spec, vocab)
-        return Corpus(name, {_split_name(name, split): tokens}, vocab, CORPORA[name].unit)
+        return load_corpus(name, vocab, vocab_cfg=vocab_cfg, splits={_split_name(name, split)})
     path = Path(spec)
     if spec in CORPORA:
-        texts = _registered_texts(spec, None if splits is None or vocab is None else set(splits))
         unit = CORPORA[spec].unit
+        if unit == "byte" and vocab is not None and not isinstance(vocab, ByteVocab):
+            raise DataError(f"corpus '{spec}' is byte level but the vocabulary given is of kind '{vocab.kind}'",
+                            "use a model trained on byte-level data (a vocabulary of the 256 byte values)")
+        texts = _registered_texts(spec, None if splits is None or vocab is None else set(splits))
         if vocab is None:
             train = texts.get("train")
             if train is None:
@@ -242,15 +258,15 @@ def load_corpus(spec: str, vocab: Vocab | None = None, *, vocab_cfg: VocabConfig
                 vocab = ByteVocab()
             else:
                 vocab = _build_vocab(unit, train if isinstance(train, str) else train.decode("latin-1"), vocab_cfg)
-        encoded = {}
+        encoded, oov = {}, {}
         for split, text in texts.items():
             if splits is not None and split not in splits:
                 continue
             if isinstance(text, bytes):
-                encoded[split] = torch.from_numpy(np.frombuffer(text, dtype=np.uint8).astype(np.int64))
+                encoded[split], oov[split] = torch.from_numpy(np.frombuffer(text, dtype=np.uint8).astype(np.int64)), 0
             else:
-                encoded[split] = _encode(text, vocab, unit)
-        return Corpus(spec, encoded, vocab, unit)
+                encoded[split], oov[split] = _encode(text, vocab)
+        return Corpus(spec, encoded, vocab, unit, oov)
     if path.suffix == ".npy":
         if not path.is_file():
             raise DataError(f"token file '{path}' does not exist", "pass an existing .npy file")
@@ -260,12 +276,13 @@ def load_corpus(spec: str, vocab: Vocab | None = None, *, vocab_cfg: VocabConfig
                             "encode the data with the model's vocabulary")
         if vocab is None:  # the ids are their own vocabulary: the largest one fixes its size (model.n_token)
             vocab = IdVocab(int(tokens.max()) + 1 if tokens.numel() else 1)
-        return Corpus(path.stem, {"all": tokens}, vocab, "ids")
+        return Corpus(path.stem, {"all": tokens}, vocab, "ids", {"all": 0})
     if path.is_file():
         text = _read_text(path)
         if vocab is None:
             vocab = _build_vocab("word", text, vocab_cfg)
-        return Corpus(path.stem, {"all": _encode(text, vocab, "file")}, vocab, vocab.kind)
+        tokens, oov = _encode(text, vocab)
+        return Corpus(path.stem, {"all": tokens}, vocab, vocab.kind, {"all": oov})
     raise DataError(f"'{spec}' is neither a registered corpus nor an existing file",
                     f"use one of {', '.join(sorted(CORPORA))} (optionally NAME:SPLIT), a text file or a .npy file")
 
@@ -282,15 +299,19 @@ def _split_name(name: str, split: str) -> str:
     return canonical
 
 
-def load_split(spec: str, vocab: Vocab | None = None) -> tuple[torch.Tensor, Vocab | None]:
-    """Tokens of one split: ``ptb:test``, ``tinyshakespeare:val``, a text file or a .npy file.
+def load_split_corpus(spec: str, vocab: Vocab | None = None) -> Corpus:
+    """One split, as a Corpus holding only it: ``ptb:test``, ``tinyshakespeare:val``, a text file or a .npy file.
 
     A registered name without a split gives its test split (valid when it has none).
     """
     name, _, split = spec.partition(":")
     if name in CORPORA:
-        split = _split_name(name, split)
-        corpus = load_corpus(name, vocab, splits={split})
-        return corpus.splits[split], corpus.vocab
-    corpus = load_corpus(spec, vocab)
-    return corpus.splits["all"], corpus.vocab
+        return load_corpus(name, vocab, splits={_split_name(name, split)})
+    return load_corpus(spec, vocab)
+
+
+def load_split(spec: str, vocab: Vocab | None = None) -> tuple[torch.Tensor, Vocab | None]:
+    """The tokens and vocabulary of :func:`load_split_corpus`."""
+    corpus = load_split_corpus(spec, vocab)
+    (tokens,) = corpus.splits.values()
+    return tokens, corpus.vocab

@@ -72,6 +72,11 @@ class Vocab:
     def payload(self) -> dict:
         raise NotImplementedError
 
+    @property
+    def unk_id(self) -> int | None:
+        """The id text outside the vocabulary is encoded as (None: every text is covered, e.g. bytes)."""
+        return None
+
     def save(self, path: str | Path) -> None:
         write_json_atomic(path, {"kind": self.kind, **self.payload()})
 
@@ -100,6 +105,10 @@ class SymbolVocab(Vocab):
                                   "use text from the training corpus's alphabet, or build the vocabulary with unk")
             return self.index[self.unk]
         return i
+
+    @property
+    def unk_id(self) -> int | None:
+        return None if self.unk is None else self.index[self.unk]
 
     def split(self, text: str) -> list[str]:
         if self.kind == "char":
@@ -244,6 +253,11 @@ class BPEVocab(Vocab):
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids))
 
+    @property
+    def unk_id(self) -> int | None:
+        unk = getattr(self.tokenizer.model, "unk_token", None)  # byte-level BPE has none; WordPiece has one
+        return None if unk is None else self.tokenizer.token_to_id(unk)
+
     def payload(self) -> dict:
         return {"tokenizer": self.tokenizer.to_str()}
 
@@ -292,6 +306,10 @@ class SentencePieceVocab(Vocab):
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode(list(ids))
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.sp.unk_id()
 
     def payload(self) -> dict:
         return {"model": base64.b64encode(self.proto).decode("ascii")}
