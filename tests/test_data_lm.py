@@ -189,6 +189,13 @@ def test_name_split_spec_and_unknown_split():
     corpus = load_corpus("ptb:valid")
     assert list(corpus.splits) == ["valid"] and corpus.splits["valid"].numel() == 73760
     assert len(corpus.vocab) == 10000, "the vocabulary must still come from the training split"
+    from genfeat.data.vocab import VocabConfig
+
+    small = load_corpus("ptb:valid", vocab_cfg=VocabConfig(max_size=100))
+    assert len(small.vocab) == 100, "vocab_cfg applies to NAME:SPLIT too"
+    # the words beyond the 100 kept are out of the vocabulary; the <unk>s written in PTB are not
+    written = (Path(DATA) / "ptb" / "ptb.valid.txt").read_text().split().count("<unk>")
+    assert small.oov["valid"] == int((small.splits["valid"] == small.vocab.unk_id).sum()) - written > 0
     assert load_corpus("tinyshakespeare:valid").splits["val"].numel() == 111540
     with pytest.raises(DataError, match="has no split 'dev'"):
         load_split("ptb:dev")
