@@ -5,6 +5,8 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, replace
 
 import pytest
@@ -227,6 +229,18 @@ def test_resume_without_a_checkpoint_names_it(monkeypatch, tmp_path):
     with pytest.raises(CheckpointError, match="'[^']*last'"):
         run(PlanetoidRecipe(**{**RESUME_CFG, "init_label_steps": 0, "init_graph_steps": 0}), seed=0,
             out_dir=tmp_path, progress=False, resume=True)
+
+
+@needs_cora
+def test_resume_on_the_command_line_without_a_checkpoint_is_one_error_line(tmp_path):
+    # the issue's command: it used to retrain from scratch silently
+    recipe = pathlib.Path(__file__).parents[1] / "recipes" / "planetoid" / "cora_t.yaml"
+    env = {**os.environ, "GENFEAT_DATA": str(DATA.resolve())}
+    proc = subprocess.run([sys.executable, "-m", "genfeat.cli", "run", str(recipe), "--out", str(tmp_path), "--resume",
+                           "--no-progress"], capture_output=True, text=True, timeout=120, env=env)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: there is no checkpoint '{tmp_path / 'init' / 'last'}'") and "fix:" in lines[0]
 
 
 @needs_cora
