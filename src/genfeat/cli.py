@@ -324,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         # outputs are written atomically, so what the interrupted command left is complete
-        hint = (" (outputs written so far are complete; add --resume to continue from OUT/last, which the run "
-                "writes every train.save_every steps)") if args.command == "run" else ""
+        hint = (" (outputs written so far are complete; where the run saved a checkpoint, every train.save_every "
+                "steps, the same command with --resume continues from it)") if args.command == "run" else ""
         print(f"interrupted{hint}", file=sys.stderr)
         return 130
     return 0
