@@ -149,7 +149,11 @@ def test_ld_needs_density_and_generator_needs_a_term():
 def test_mlp_discriminator_noise_only_while_training_and_data_init_standardises():
     cfg = ComplementGANConfig()
     model = ComplementGAN(cfg)
-    assert isinstance(model.discriminator.features[1], WNLinear)
+    hidden, out = model.discriminator.features[1], model.discriminator.out[1]
+    assert isinstance(hidden, WNLinear) and isinstance(out, WNLinear)
+    # the released code fixes the hidden layers' scales after the data init; the output layer's trains
+    assert "g" in dict(hidden.named_buffers()) and "g" not in dict(hidden.named_parameters())
+    assert "g" in dict(out.named_parameters())
     x = torch.rand(300, 1, 28, 28)
     net = nn.Sequential(WNLinear(784, 20), nn.ReLU(), WNLinear(20, 7))
     data_init(net, x.flatten(1))

@@ -116,12 +116,20 @@ class GaussianNoise(nn.Module):
 
 
 class _WeightNorm(nn.Module):
-    """Shared part of the weight-normalised layers: w = g · v / ||v||, norms over all but dim 0."""
+    """Shared part of the weight-normalised layers: w = g · v / ||v||, norms over all but dim 0.
 
-    def __init__(self, shape: tuple[int, ...]):
+    With ``train_scale`` false, g is set by the data-dependent initialisation and then fixed (a
+    buffer), as in the released code's hidden layers: the discriminator cannot then grow its
+    features' scale, which feature matching compares.
+    """
+
+    def __init__(self, shape: tuple[int, ...], train_scale: bool = True):
         super().__init__()
         self.v = nn.Parameter(torch.randn(shape) * 0.05)
-        self.g = nn.Parameter(torch.ones(shape[0]))
+        if train_scale:
+            self.g = nn.Parameter(torch.ones(shape[0]))
+        else:
+            self.register_buffer("g", torch.ones(shape[0]))
         self.b = nn.Parameter(torch.zeros(shape[0]))
         self.init_mode = False
 
@@ -144,8 +152,8 @@ class _WeightNorm(nn.Module):
 class WNLinear(_WeightNorm):
     """Weight-normalised linear layer; (b, in) -> (b, out)."""
 
-    def __init__(self, in_features: int, out_features: int):
-        super().__init__((out_features, in_features))
+    def __init__(self, in_features: int, out_features: int, train_scale: bool = True):
+        super().__init__((out_features, in_features), train_scale)
 
     def forward(self, x: Tensor) -> Tensor:
         return self._bias(F.linear(x, self.weight()))
@@ -154,8 +162,9 @@ class WNLinear(_WeightNorm):
 class WNConv2d(_WeightNorm):
     """Weight-normalised 2-D convolution; (b, in, h, w) -> (b, out, h', w')."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int = 1, padding: int = 0):
-        super().__init__((out_channels, in_channels, kernel, kernel))
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int = 1, padding: int = 0,
+                 train_scale: bool = True):
+        super().__init__((out_channels, in_channels, kernel, kernel), train_scale)
         self.stride, self.padding = stride, padding
 
     def forward(self, x: Tensor) -> Tensor:
@@ -178,14 +187,16 @@ def data_init(module: nn.Module, *inputs: Tensor) -> None:
 
 
 class MLPDiscriminator(nn.Module):
-    """The paper's MNIST discriminator: flattened image (b, c, h, w) -> logits (b, k), h(x) (b, d)."""
+    """The paper's MNIST discriminator: flattened image (b, c, h, w) -> logits (b, k), h(x) (b, d).
+    The hidden layers' scales g are fixed after the data-dependent initialisation; the output layer's train."""
 
     def __init__(self, cfg: ComplementGANConfig):
         super().__init__()
         sizes = [cfg.image_shape[0] * cfg.image_shape[1] * cfg.image_shape[2], *cfg.d_hidden]
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
-            layers += [GaussianNoise(cfg.input_noise if i == 0 else cfg.hidden_noise), WNLinear(a, b), nn.ReLU()]
+            layers += [GaussianNoise(cfg.input_noise if i == 0 else cfg.hidden_noise),
+                       WNLinear(a, b, train_scale=False), nn.ReLU()]
         self.features = nn.Sequential(*layers)
         self.out = nn.Sequential(GaussianNoise(cfg.hidden_noise), WNLinear(sizes[-1], cfg.num_classes))
 
