@@ -50,7 +50,8 @@ def two_segments(model, hf: bool, **kw):
     return torch.cat([first.logits, second.logits], 1), mems
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(ff_activation="relu", clamp_len=3, reuse_len=5)])
+@pytest.mark.parametrize("kw", [dict(), dict(ff_activation="relu", clamp_len=3, reuse_len=5),
+                                dict(bi_data=True, clamp_len=4)])
 def test_both_streams_with_memory_match(tmp_path, kw):
     hf = hf_model(**kw)
     hf.save_pretrained(tmp_path / "hf")

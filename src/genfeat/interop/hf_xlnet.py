@@ -40,16 +40,14 @@ def hf_config_to_ours(hf: dict[str, Any]) -> XLNetConfig:
     if hf.get("attn_type", "bi") != "bi":
         raise CheckpointError(f"Hugging Face XLNet with attn_type {hf['attn_type']!r} is not supported",
                               "only attn_type 'bi' (the released models) can be converted")
-    if hf.get("bi_data", False):
-        raise CheckpointError("Hugging Face XLNet with bi_data=true is not supported",
-                              "set bi_data to false in config.json (it only changes the encodings of half a batch)")
     d_model, n_head = hf.get("d_model", 1024), hf.get("n_head", 16)
     fields = {"n_token": hf.get("vocab_size", 32000), "d_model": d_model, "n_layer": hf.get("n_layer", 24),
               "n_head": n_head, "d_head": d_model // max(n_head, 1), "d_inner": hf.get("d_inner", 4096),
               "ff_activation": hf.get("ff_activation", "gelu"), "dropout": hf.get("dropout", 0.1),
               "dropatt": hf.get("dropout", 0.1), "mem_len": hf.get("mem_len") or 0,
               "reuse_len": hf.get("reuse_len") or None, "clamp_len": hf.get("clamp_len", -1),
-              "init_std": hf.get("initializer_range", 0.02), "layer_norm_epsilon": hf.get("layer_norm_eps", 1e-12)}
+              "bi_data": hf.get("bi_data", False), "init_std": hf.get("initializer_range", 0.02),
+              "layer_norm_epsilon": hf.get("layer_norm_eps", 1e-12)}
     try:
         return from_dict(XLNetConfig, fields, "config")
     except (GenfeatError, ValueError, TypeError) as e:
@@ -68,7 +66,7 @@ def ours_to_hf_config(cfg: XLNetConfig) -> dict[str, Any]:
             "d_model": cfg.d_model, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "d_head": cfg.d_head,
             "d_inner": cfg.d_inner, "ff_activation": cfg.ff_activation, "untie_r": True, "attn_type": "bi",
             "initializer_range": cfg.init_std, "layer_norm_eps": cfg.layer_norm_epsilon, "dropout": cfg.dropout,
-            "mem_len": cfg.mem_len or None, "reuse_len": cfg.reuse_len, "bi_data": False,
+            "mem_len": cfg.mem_len or None, "reuse_len": cfg.reuse_len, "bi_data": cfg.bi_data,
             "clamp_len": cfg.clamp_len, "same_length": False, "tie_word_embeddings": True}
 
 

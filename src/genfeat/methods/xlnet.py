@@ -5,9 +5,10 @@ fields of :class:`genfeat.models.xlnet.XLNetConfig`; ``n_token`` comes from the 
 
 Data: a registered word-level corpus (PTB, WikiText-2, ...) with its standard vocabulary, cut into
 ``batch_size`` contiguous streams and those into consecutive segments of ``seq_len`` tokens, so
-the memory of one segment is the context of the next (``data.lm``). Not yet here: the original
-pipeline's ``A <sep> B <sep> <cls>`` two-segment input, the bidirectional pipeline (half the batch
-reversed), next-sentence prediction and a SentencePiece tokenizer.
+the memory of one segment is the context of the next (``data.lm``). With ``model.bi_data`` (the
+bidirectional pipeline) half of the streams read the text forwards and half read it backwards.
+Not yet here: the original pipeline's ``A <sep> B <sep> <cls>`` two-segment input, next-sentence
+prediction and a SentencePiece tokenizer.
 
 Result: ``valid_loss`` is the permutation-LM cross-entropy (nats per predicted token) of the
 held-out split, read as consecutive segments with memory, under factorization orders and
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config, from_dict, to_dict
+from ..data.lm import LMBatch, LMOrderedStream, iter_lm_segments
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.checkpoint import resume_dir
@@ -78,19 +80,56 @@ class XLNetRecipe(Config):
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 
 
+def _join(forward: LMBatch, backward: LMBatch) -> LMBatch:
+    return LMBatch(torch.cat([forward.input, backward.input]), torch.cat([forward.target, backward.target]),
+                   forward.new_epoch or backward.new_epoch)
+
+
+class BidirectionalStream:
+    """The bidirectional pipeline: the first half of each batch from ``batch_size / 2`` streams of the
+    text, the second half from as many streams of the text reversed (the Stream protocol)."""
+
+    def __init__(self, tokens: Tensor, batch_size: int, seq_len: int):
+        if batch_size % 2:
+            raise ConfigError(f"data.batch_size {batch_size} is odd but model.bi_data splits it into forward "
+                              "and reversed halves", "use an even data.batch_size")
+        self.parts = [LMOrderedStream(x, batch_size // 2, seq_len) for x in (tokens, tokens.flip(0))]
+
+    def __iter__(self) -> BidirectionalStream:
+        return self
+
+    def __next__(self) -> LMBatch:
+        return _join(*(next(part) for part in self.parts))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"forward": self.parts[0].state_dict(), "backward": self.parts[1].state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.parts[0].load_state_dict(state["forward"])
+        self.parts[1].load_state_dict(state["backward"])
+
+    def shard(self, rank: int, world: int) -> None:
+        for part in self.parts:
+            part.shard(rank, world)
+
+
 @torch.no_grad()
 def permutation_lm_loss(model: nn.Module, tokens: Tensor, cfg: PermutationLMConfig, *, seq_len: int,
                         batch_size: int, seed: int = EVAL_SEED) -> dict[str, float]:
     """Permutation-LM loss (nats per predicted token) of ``tokens`` read as ``batch_size`` contiguous
-    streams of consecutive segments with memory, orders and predicted tokens drawn from ``seed``."""
-    from ..data.lm import iter_lm_segments
-
+    streams of consecutive segments with memory, orders and predicted tokens drawn from ``seed``.
+    With ``model.config.bi_data`` half of the streams read the text reversed, so the text is scored
+    in both directions (twice the predicted tokens)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     scorer = PermutationLMObjective(cfg, torch.Generator().manual_seed(seed))
+    if model.config.bi_data:
+        batches = map(_join, *(iter_lm_segments(x, batch_size // 2, seq_len) for x in (tokens, tokens.flip(0))))
+    else:
+        batches = iter_lm_segments(tokens, batch_size, seq_len)
     loss = count = 0.0
-    for batch in iter_lm_segments(tokens, batch_size, seq_len):
+    for batch in batches:
         out = scorer(model, replace(batch, input=batch.input.to(device)))
         loss += float(out.loss_sum)
         count += float(out.count)
@@ -102,7 +141,6 @@ def permutation_lm_loss(model: nn.Module, tokens: Tensor, cfg: PermutationLMConf
 def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     from ..data.corpora import load_corpus
-    from ..data.lm import LMOrderedStream
     from ..data.vocab import VocabConfig
     from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 
@@ -117,7 +155,9 @@ def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
     model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(vocab)}, "model")
     seed_everything(seed)
     model = XLNetLMHeadModel(model_cfg)
-    stream = LMOrderedStream(corpus.splits["train"], data.batch_size, data.seq_len)
+    train = corpus.splits["train"]
+    stream = (BidirectionalStream(train, data.batch_size, data.seq_len) if model_cfg.bi_data
+              else LMOrderedStream(train, data.batch_size, data.seq_len))
     objective = PermutationLMObjective(replace(cfg.objective, recurrence=cfg.objective.recurrence
                                                and model_cfg.mem_len > 0))
     valid = corpus.splits["valid"]

@@ -77,6 +77,9 @@ class XLNetConfig(Config):
     pretraining the rest of the segment is new text that the next segment does not continue."""
     clamp_len: int = -1
     """Use the same encoding for all distances beyond +-clamp_len (-1: never clamp)."""
+    bi_data: bool = False
+    """The bidirectional pipeline: the second half of every batch holds text in reversed order and
+    attends with negated relative distances (HF ``bi_data``); batches must have an even size."""
     checkpoint_layers: bool = False
     """Recompute each layer in the backward pass instead of storing its activations."""
     init_std: float = 0.02
@@ -134,24 +137,30 @@ class XLNetLayer(nn.Module):
         self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def _attend(self, h: Tensor, pos: Tensor, mask: Tensor | None, seg_mat: Tensor | None, mem: Tensor | None,
-                query: Tensor | None = None, query_pos: Tensor | None = None) -> Tensor:
-        return self.attn(h, pos, mask, self.r_w_bias, self.r_r_bias, query=query, seg_mat=seg_mat,
-                         seg_embed=self.seg_embed, r_s_bias=self.r_s_bias, pos_max=pos.shape[0] - h.shape[1],
-                         mem=mem, query_pos=query_pos)
+    def _attend(self, h: Tensor, pos: list[Tensor], mask: Tensor | None, seg_mat: Tensor | None,
+                mem: Tensor | None, query: Tensor | None = None, query_pos: Tensor | None = None) -> Tensor:
+        """Relative attention with segment terms; with two encodings (``bi_data``) each half of the
+        batch attends with its own."""
+        args = (h, mask, seg_mat, mem, query, query_pos)
+        parts = zip(*(x.chunk(len(pos)) if x is not None else [None] * len(pos) for x in args))
+        outs = [self.attn(hp, p, mp, self.r_w_bias, self.r_r_bias, query=qp, seg_mat=sp, seg_embed=self.seg_embed,
+                          r_s_bias=self.r_s_bias, pos_max=p.shape[0] - hp.shape[1], mem=memp, query_pos=rp)
+                for p, (hp, mp, sp, memp, qp, rp) in zip(pos, parts)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def _post(self, x: Tensor, a: Tensor) -> Tensor:
         x = self.attn_norm(x + self.drop(a))
         return self.ff_norm(x + self.ff(x))
 
-    def forward(self, h: Tensor, g: Tensor | None, pos: Tensor, mask_h: Tensor | None, mask_g: Tensor | None,
+    def forward(self, h: Tensor, g: Tensor | None, pos: list[Tensor], mask_h: Tensor | None, mask_g: Tensor | None,
                 seg_h: Tensor | None, seg_g: Tensor | None, mem: Tensor | None, rows: Tensor | None
                 ) -> tuple[Tensor, Tensor | None]:
         """One layer of Eq. 2.4.
 
         Args:
             h: [b, t, d] content stream; g: [b, n, d] query stream or None.
-            pos: [k + t, d] encodings of the distances k .. -t+1.
+            pos: [k + t, d] encodings of the distances k .. -t+1, one per part of the batch (with
+                ``bi_data`` a second one, of the negated distances, for its second half).
             mask_h: bool [b, t, k] (True = blocked) of the content stream, or None.
             mask_g: bool [b, n, k] of the query stream (the rows of its predicted positions), or None.
             seg_h, seg_g: [b, t, k, 2] and [b, n, k, 2] one-hot same / different segment, or None.
@@ -206,12 +215,15 @@ class XLNetLMHeadModel(nn.Module):
             else:
                 nn.init.normal_(p, 0.0, self.config.init_std)
 
-    def _positions(self, t: int, klen: int, device) -> Tensor:
-        """Encodings [k + t, d] of the bidirectional distances k, k-1, ..., -t+1."""
+    def _positions(self, t: int, klen: int, device) -> list[Tensor]:
+        """Encodings [k + t, d] of the bidirectional distances k, k-1, ..., -t+1; with ``bi_data``
+        also those of the negated distances (for the reversed half of the batch)."""
+        cfg = self.config
         dist = torch.arange(klen, -t, -1, device=device)
-        if self.config.clamp_len > 0:
-            dist = dist.clamp(-self.config.clamp_len, self.config.clamp_len)
-        return self.drop(sinusoid(dist, self.config.d_model).to(self.word_emb.weight.dtype))
+        if cfg.clamp_len > 0:
+            dist = dist.clamp(-cfg.clamp_len, cfg.clamp_len)
+        dtype = self.word_emb.weight.dtype
+        return [self.drop(sinusoid(d, cfg.d_model).to(dtype)) for d in ((dist, -dist) if cfg.bi_data else (dist,))]
 
     @staticmethod
     def _masks(b: int, t: int, m: int, perm_mask: Tensor | None, attention_mask: Tensor | None,
@@ -248,6 +260,8 @@ class XLNetLMHeadModel(nn.Module):
                                ("attention_mask", attention_mask, (b, t))):
             if x is not None and tuple(x.shape) != shape:
                 raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {shape} for input_ids {(b, t)}")
+        if cfg.bi_data and b % 2:
+            raise ValueError(f"bi_data needs an even batch (forward and reversed halves), got {b} sequences")
         if target_mapping is not None and (target_mapping.dim() != 3 or tuple(target_mapping.shape[::2]) != (b, t)):
             raise ValueError(f"target_mapping has shape {tuple(target_mapping.shape)}, expected [{b}, n, {t}]")
         m = mems[0].shape[1] if mems else 0
