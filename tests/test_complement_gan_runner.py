@@ -11,7 +11,7 @@ import torch
 
 from genfeat.errors import CheckpointError, ConfigError
 from genfeat.framework.checkpoint import load_weights, save_checkpoint
-from genfeat.methods.complement_gan import load_density
+from genfeat.methods.complement_gan import load_density, max_logp_of_samples
 from genfeat.models.pixelcnn import PixelCNN, PixelCNNConfig
 from genfeat.runner import run_recipe
 
@@ -79,6 +79,9 @@ def test_pixelcnn_pretraining_then_fm_ld_uses_it(tmp_path):
     assert run["max_logp_generated"] < 0 and run["ld_epsilon"] < 0
     records = [json.loads(line) for line in (tmp_path / "ld" / "metrics.jsonl").read_text().splitlines()]
     assert any("g/ld" in r for r in records)
+    # the same figure from the checkpoints afterwards (how it is measured for a run without LD)
+    again = max_logp_of_samples(tmp_path / "ld" / "last", tmp_path / "pix" / "final", seed=0)
+    assert again == pytest.approx(run["max_logp_generated"], rel=1e-6)
 
 
 def test_density_checkpoint_of_other_images_is_refused(tmp_path):

@@ -337,6 +337,29 @@ def build(cfg: ComplementGANRecipe, seed: int, data: ImageSplits, density: Pixel
     return model, alternating([(d_term, 1, d_spec), (g_term, 1, g_spec)], cfg.steps)
 
 
+def load_gan(path: str | Path) -> ComplementGAN:
+    """The complement GAN of checkpoint ``path`` (a run's OUT/last), in evaluation mode."""
+    saved = read_config(path)
+    if saved.get("architecture") != "complement_gan":
+        raise CheckpointError(f"'{path}' holds a '{saved.get('architecture')}' model, not a complement GAN",
+                              "pass the last/ directory of a complement_gan run")
+    model = ComplementGAN(from_dict(ComplementGANConfig, saved["model"], "model"))
+    load_weights(path, model, saved)
+    return model.eval()
+
+
+def max_logp_of_samples(gan: str | Path, density: str | Path, seed: int = 0, n: int = 100) -> float:
+    """Table 3.2's "max log-p": the largest log p (nats, under the density model of ``density``) of n
+    samples of the generator of checkpoint ``gan``, drawn after ``torch.manual_seed(seed)`` as a run's
+    own sample grid is."""
+    model = load_gan(gan)
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        _, samples = model.generate(n)
+    dens = load_density(density, model.cfg.image_shape)
+    return float(log_probs(dens, samples, model.cfg.pixel_range).max())
+
+
 @register_method("complement_gan", ComplementGANRecipe)
 def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
