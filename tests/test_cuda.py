@@ -17,7 +17,7 @@ import torch
 from genfeat.generation import generate
 from genfeat.nn.attention import AbsoluteMultiHeadAttention, RelativeMultiHeadAttention
 
-from _txl_fixtures import ATTN, BF16_ATTN, attn_types, bf16_deviation, data, tiny
+from _txl_fixtures import ATTN, BF16_ATTN, DEBUG_MAX_PPL, attn_types, bf16_deviation, data, tiny
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -102,4 +102,6 @@ def test_debug_recipe_trains_on_cuda_with_bf16(tmp_path):
                            "--train.precision", "bf16"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["steps"] == 20 and result["valid_ppl"] < 10000
+    # fp32 evaluation of bf16-trained weights: the bound of the CPU recipe test (trained <= 5,771,
+    # untrained 5,864 on CPU); not yet run on a GPU with this bound
+    assert result["steps"] == 20 and result["valid_ppl"] < DEBUG_MAX_PPL
