@@ -152,3 +152,14 @@ def test_attention_at_chosen_query_rows_matches_the_full_rows_with_gradients():
         grads.append((out, torch.autograd.grad((out * weights).sum(), inputs)))
     assert torch.allclose(grads[0][0], grads[1][0], atol=1e-10)
     assert all(torch.allclose(a, c, atol=1e-10) for a, c in zip(grads[0][1], grads[1][1]))
+
+
+@pytest.mark.parametrize("name", ["debug", "pretrain_k6", "pretrain_k7", "no_memory", "no_span", "no_bidir"])
+def test_recipe_model_sections_are_valid_configs(name):
+    from pathlib import Path
+
+    from genfeat.config import from_dict
+    from genfeat.runner import load_recipe
+
+    _, cfg = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "xlnet" / f"{name}.yaml")
+    assert from_dict(XLNetConfig, {**cfg.model, "n_token": 100}, "model").n_token == 100
