@@ -224,6 +224,8 @@ def test_resume_without_a_checkpoint_names_it(monkeypatch, tmp_path):
     from genfeat.methods.planetoid import PlanetoidRecipe, run
 
     monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    with pytest.raises(ConfigError, match="--resume needs the output directory"):
+        run(PlanetoidRecipe(**RESUME_CFG), seed=0, out_dir=None, progress=False, resume=True)
     with pytest.raises(CheckpointError, match="init/last"):
         run(PlanetoidRecipe(**RESUME_CFG), seed=0, out_dir=tmp_path, progress=False, resume=True)
     with pytest.raises(CheckpointError, match="'[^']*last'"):

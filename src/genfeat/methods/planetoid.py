@@ -265,10 +265,10 @@ def _resume_points(out_dir: Path, has_init: bool) -> tuple[Path | None, Path | N
 @register_method("planetoid", PlanetoidRecipe)
 def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
-    g, model, labels, init, train = build(cfg, seed)
-    val, test = torch.tensor(g.val_idx), torch.tensor(g.test_idx)
     if resume and out_dir is None:
         raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
+    g, model, labels, init, train = build(cfg, seed)
+    val, test = torch.tensor(g.val_idx), torch.tensor(g.test_idx)
     out = Path(out_dir) if out_dir is not None else None
     init_from = train_from = None
     if resume:
@@ -283,8 +283,9 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
     budget = cfg.stop_after_steps
     init_steps = 0
     # the initialisation trains embeddings only: a validation-selected checkpoint of it would pick a
-    # random classifier's luckiest state, so it runs without evaluation and model selection; its own
-    # Trainer also reseeds every RNG at the alternating phase's start, as before checkpoints existed
+    # random classifier's luckiest state, so it runs without evaluation and model selection, in a
+    # Trainer of its own; the alternating phase's Trainer reseeds every RNG at its start (a run's random
+    # numbers are those it drew before checkpoints existed)
     if init and train_from is None:
         before = load_trainer_state(init_from)["global_step"] if init_from is not None else 0
         icfg = TrainConfig(seed=seed, device="cpu", progress=progress, threads=cfg.threads,
