@@ -194,6 +194,8 @@ def test_resume_continues_exactly(monkeypatch, tmp_path, uninterrupted, cuts):
     monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
     torch.set_num_threads(1)
     ref_dir, ref = uninterrupted
+    # features and label steps alone reach this (seed 0 measured 0.608 test, 0.596 validation)
+    assert ref["test_accuracy"] > 0.5 and ref["val_accuracy"] > 0.5
     steps = []
     step = Trainer._step
     monkeypatch.setattr(Trainer, "_step", lambda self, *a: steps.append(1) or step(self, *a))
