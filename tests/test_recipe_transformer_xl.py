@@ -49,8 +49,9 @@ def test_debug_recipe_trains_and_reports(trained):
     # valid ppl 5,743-5,771 for seeds 0-4 (seed 0, this run: 5,766), 5,864 with --steps 0 (untrained).
     # The bound between them fails a run that does not learn. With --model.mem_len 0 --eval.mem_len 0
     # it is 5,744-5,763 (seeds 0-2): 20 steps learn no use of context, so no figure of this run can
-    # tell broken recurrence; test_causal_lm.py (memory equals full context, epoch reset, the method's
-    # wiring) and test_recl.py / test_transformer_xl.py (models that must use the memory to learn) do.
+    # tell broken recurrence; test_causal_lm.py (memory equals full context, epoch reset, and a method
+    # run on data only the memory can predict: loss 0.34 with it, 1.41 without) and test_recl.py /
+    # test_transformer_xl.py (models that must use the memory to learn) do.
     assert result["valid_ppl"] < DEBUG_MAX_PPL
     evals = [r["valid_ppl"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
              if r.get("event") == "eval"]
