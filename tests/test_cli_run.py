@@ -112,6 +112,7 @@ def test_evaluate_max_tokens_and_clamp_len_change_what_is_scored(relative_checkp
     assert head["tokens"] == 49 and head["loss"] != full["loss"]
     # segments of 8 with a memory of 16 attend over at most 24 positions: distances 0..23
     assert evaluate(capsys, ckpt, data, "--clamp-len", 24)["loss"] == full["loss"]
+    assert evaluate(capsys, ckpt, data, "--clamp-len", 0)["loss"] == full["loss"], "0 does not clamp (--help)"
     clamped = evaluate(capsys, ckpt, data, "--clamp-len", 2)
     assert clamped["clamp_len"] == 2 and abs(clamped["loss"] - full["loss"]) > 1e-4
     model, _ = load_checkpoint(ckpt)
