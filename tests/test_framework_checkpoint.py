@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,99 @@ def test_resuming_a_finished_run_repeats_nothing(tmp_path):
     assert logged(tmp_path) == before, "the final evaluation must not be logged a second time"
     assert (tmp_path / "last" / ckpt.MODEL_FILE).read_bytes() == weights
     assert again.final_metrics == first.final_metrics and again.steps == first.steps
+
+
+def drift(initial, kill_at=None):
+    """Validation metric for keep_best: the squared distance from the initial parameters, which grows
+    as training goes on, so each phase's best evaluation is its first and the later ones are worse.
+    ``kill_at``: the evaluation (1-based) that is killed."""
+    calls = []
+
+    def evaluate(m):
+        calls.append(1)
+        if len(calls) == kill_at:
+            raise KeyboardInterrupt("killed while evaluating")
+        return {"drift": float(sum((p.double() - initial[k]).pow(2).sum() for k, p in m.named_parameters()))}
+    return evaluate
+
+
+@pytest.mark.parametrize("fail_at, kill_eval, resumed_at", [(2 * 6 + 1, None, (1, 4)), (1, None, (1, 0)),
+                                                            (None, 9, (1, 8))],
+                         ids=["inside-the-phase-after-its-best", "at-the-phase-boundary", "in-the-last-evaluation"])
+def test_resume_with_keep_best_restores_the_best_evaluation_made_before_the_kill(tmp_path, fail_at, kill_eval,
+                                                                                 resumed_at):
+    def run(out, fail_at=None, kill_eval=None, resume=False):
+        model, phases, cfg = build(fail_at)
+        cfg = replace(cfg, eval_every=2, early_stop_metric="drift", keep_best=True)
+        initial = {k: v.detach().double().clone() for k, v in model.named_parameters()}
+        trainer = Trainer(model, phases, cfg, drift(initial, kill_eval), out_dir=out,
+                          resume_from=out / "last" if resume else None)
+        return model, trainer.fit()
+
+    model, full = run(tmp_path / "full")
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    fine = [r["drift"] for r in full.history if r["phase"] == "fine"]
+    assert len(fine) == 6 and min(fine) == fine[0] < min(fine[1:]), "the premise: the best fine-tuning eval is the first"
+
+    with pytest.raises(KeyboardInterrupt):  # the 9th evaluation is the one at the end of fine-tuning
+        run(tmp_path / "run", fail_at=fail_at, kill_eval=kill_eval)
+    state = ckpt.load_trainer_state(tmp_path / "run" / "last")
+    assert (state["phase_idx"], state["phase_step"]) == resumed_at
+    # a checkpoint inside a phase carries its best state; one at a phase's end has none to carry
+    assert (tmp_path / "run" / "last" / ckpt.BEST_STATE_FILE).is_file() == (resumed_at[1] > 0)
+    model, resumed = run(tmp_path / "run", resume=True)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+    assert resumed.best_metrics == full.best_metrics
+    assert logged(tmp_path / "run") == logged(tmp_path / "full")
+
+
+def test_resume_with_keep_best_refuses_a_checkpoint_without_its_best_state(tmp_path):
+    model, phases, cfg = build()
+    cfg = replace(cfg, eval_every=2, early_stop_metric="drift", stop_after_steps=5 + 6)
+    initial = {k: v.detach().double().clone() for k, v in model.named_parameters()}
+    Trainer(model, phases, cfg, drift(initial), out_dir=tmp_path).fit()  # without keep_best: no best state
+    assert not (tmp_path / "last" / ckpt.BEST_STATE_FILE).exists()
+    model, phases, cfg = build()
+    cfg = replace(cfg, eval_every=2, early_stop_metric="drift", keep_best=True)
+    with pytest.raises(CheckpointError, match=r"has no best_state\.safetensors .*fix: resume with --train\.keep_best false"):
+        Trainer(model, phases, cfg, drift(initial), out_dir=tmp_path, resume_from=tmp_path / "last").fit()
+    (tmp_path / "last" / ckpt.BEST_STATE_FILE).write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match=r"best_state\.safetensors' is corrupt or truncated"):
+        Trainer(model, phases, cfg, drift(initial), out_dir=tmp_path, resume_from=tmp_path / "last").fit()
+
+
+def test_resume_refuses_another_world_size_and_a_schedule_it_is_past_the_end_of(tmp_path):
+    last = interrupted_run(tmp_path)
+    state = ckpt.load_trainer_state(last)
+    assert (state["phase_idx"], state["phase_step"]) == (1, 3)
+    torch.save({**state, "world": 2}, last / ckpt.STATE_FILE)
+    model, phases, cfg = build()
+    with pytest.raises(CheckpointError, match=r"written by 2 process\(es\), this run has 1\. fix: resume with the "
+                                              r"same number of processes"):
+        Trainer(model, phases, cfg, out_dir=tmp_path, resume_from=last).fit()
+    torch.save(state, last / ckpt.STATE_FILE)
+    model, phases, cfg = build()
+    phases[1].steps = 2
+    with pytest.raises(CheckpointError, match=r"is at step 3 of phase 'fine', past its 2 steps in this schedule\. "
+                                              r"fix: resume with the recipe it was trained with"):
+        Trainer(model, phases, cfg, out_dir=tmp_path, resume_from=last).fit()
+    model, phases, cfg = build()
+    with pytest.raises(CheckpointError, match=r"is past the end of this schedule\. fix: resume with the recipe"):
+        Trainer(model, phases[:1], cfg, out_dir=tmp_path, resume_from=last).fit()
+    model, phases, cfg = build()
+    assert Trainer(model, phases, cfg, out_dir=tmp_path, resume_from=last).fit().steps == 5 + STEPS
+
+
+def test_keep_best_checkpoints_tied_weights(tmp_path):
+    model, phases, cfg = build()
+    model.head_b.weight = model.head_a.weight  # safetensors refuses tensors that share memory
+    cfg = replace(cfg, eval_every=2, early_stop_metric="drift", keep_best=True, stop_after_steps=5 + 3)
+    initial = {k: v.detach().double().clone() for k, v in model.named_parameters()}
+    Trainer(model, phases, cfg, drift(initial), out_dir=tmp_path).fit()
+    best = ckpt.load_best_state(tmp_path / "last")
+    assert best.keys() == model.state_dict().keys()
+    assert torch.equal(best["head_a.weight"], best["head_b.weight"])
 
 
 def logged(out):

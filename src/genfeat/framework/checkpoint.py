@@ -5,6 +5,8 @@ A checkpoint is a directory::
     model.safetensors     weights (shared/tied tensors stored once)
     config.json           {"architecture": ..., "model": {...}, ...} written by the method
     vocab.json            the vocabulary, when the method has one
+    best_state.safetensors  the parameters of the phase's best evaluation so far, when a run with
+                          ``keep_best`` is checkpointed inside a phase (restored at the phase's end)
     trainer_state.pt      optimizer states, step, phase, data positions, RNG states, objective
                           states; only tensors and plain containers, read back with
                           ``torch.load(weights_only=True)`` (no arbitrary unpickling)
@@ -27,7 +29,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from ..errors import CheckpointError
@@ -36,6 +38,7 @@ from ..io import atomic_dir, backup_path
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 STATE_FILE = "trainer_state.pt"
+BEST_STATE_FILE = "best_state.safetensors"
 
 
 def rng_state() -> dict[str, Any]:
@@ -63,7 +66,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(path: str | Path, model: nn.Module, trainer_state: dict[str, Any] | None = None,
                     config: dict[str, Any] | None = None,
-                    extra: Callable[[Path], None] | None = None) -> Path:
+                    extra: Callable[[Path], None] | None = None,
+                    best_state: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a checkpoint directory atomically.
 
     Args:
@@ -72,10 +76,14 @@ def save_checkpoint(path: str | Path, model: nn.Module, trainer_state: dict[str,
         trainer_state: optional training state (see module docstring).
         config: optional JSON-serialisable description of the model (architecture + config).
         extra: optional callback writing more files (vocabulary, recipe) into the temp directory.
+        best_state: optional parameters of the best evaluation (a state dict of tensors that share
+            no memory), written to best_state.safetensors.
     """
     path = Path(path)
     with atomic_dir(path) as tmp:
         save_model(model, str(tmp / MODEL_FILE))
+        if best_state is not None:
+            save_file(best_state, str(tmp / BEST_STATE_FILE))
         if config is not None:
             (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if trainer_state is not None:
@@ -242,6 +250,21 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
                               _corrupt_fix(path)) from None
     except Exception:  # torch raises RuntimeError, EOFError, ValueError... for a damaged archive
         raise CheckpointError(f"training state '{file}' is corrupt or truncated", _corrupt_fix(path)) from None
+
+
+def load_best_state(path: str | Path) -> dict[str, torch.Tensor] | None:
+    """The best_state.safetensors of checkpoint ``path`` (on the CPU), or None when it has none.
+
+    Raises:
+        CheckpointError: the file is corrupt or truncated.
+    """
+    file = Path(path) / BEST_STATE_FILE
+    if not file.is_file():
+        return None
+    try:
+        return load_file(str(file))
+    except SafetensorError as e:
+        raise CheckpointError(f"'{file}' is corrupt or truncated ({e})", _corrupt_fix(path)) from None
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

@@ -14,7 +14,6 @@ counts, which the LM streams guarantee, this is the mean over the global batch, 
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import random
@@ -33,8 +32,8 @@ from tqdm import tqdm
 from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..io import write_text_atomic
-from .checkpoint import (load_for_resume, load_trainer_state, resume_dir, rng_state, save_checkpoint,
-                         set_rng_state)
+from .checkpoint import (BEST_STATE_FILE, load_best_state, load_for_resume, load_trainer_state, resume_dir,
+                         rng_state, save_checkpoint, set_rng_state)
 from .cpu import keep_freed_memory
 from .distributed import DistInfo, all_reduce_sum, init_distributed
 from .optim import OptimConfig
@@ -70,7 +69,8 @@ class TrainConfig(Config):
     patience: int = 0
     """Stop the phase after this many evaluations without improvement (0: never stop early)."""
     keep_best: bool = False
-    """At the end of each phase restore the parameters of its best evaluation."""
+    """At the end of each phase restore the parameters of its best evaluation. A checkpoint written
+    inside a phase holds them (best_state.safetensors), so a resumed run restores the same ones."""
     save_every: int = 0
     """Write the ``last`` checkpoint every this many steps (0: only at the end); needs an output directory."""
     progress: bool = True
@@ -278,7 +278,10 @@ class Trainer:
             "rng": rng_states,
             "tracker": {k: v for k, v in tracker.items() if k != "best_state"},
         }
-        save_checkpoint(self.out_dir / name, self.model, state, self.checkpoint_config, self.save_extra)
+        # only a checkpoint inside a phase needs the best state: at a phase's end it is restored already
+        inside = 0 < phase_step < self.phases[phase_idx].steps
+        save_checkpoint(self.out_dir / name, self.model, state, self.checkpoint_config, self.save_extra,
+                        best_state=tracker.get("best_state") if inside else None)
 
     def _run_eval(self, tracker: dict[str, Any], step: int, phase: Phase) -> bool:
         """Evaluate, update the best-so-far record; return True when early stopping triggers."""
@@ -307,7 +310,8 @@ class Trainer:
             tracker["best"] = metrics
             tracker["bad_evals"] = 0
             if self.cfg.keep_best:
-                tracker["best_state"] = copy.deepcopy({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+                # copies that share no memory (tied weights are copied per name), as safetensors stores them
+                tracker["best_state"] = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         else:
             tracker["bad_evals"] = tracker.get("bad_evals", 0) + 1
         return bool(self.cfg.patience) and tracker["bad_evals"] >= self.cfg.patience
@@ -353,8 +357,8 @@ class Trainer:
         tracker: dict[str, Any] = {"history": [], "final": {}, "best": {}}
         phase_idx, phase_step, global_step = 0, 0, 0
         resume_state = None
-        if self.resume_from is not None:
-            resume_from = resume_dir(self.resume_from)
+        resume_from = resume_dir(self.resume_from) if self.resume_from is not None else None
+        if resume_from is not None:
             resume_state = load_trainer_state(resume_from)
             if resume_state.get("world", 1) != self.dist.world:
                 raise CheckpointError(f"checkpoint '{resume_from}' was written by {resume_state.get('world')} "
@@ -365,6 +369,9 @@ class Trainer:
             phase_step = resume_state["phase_step"]
             global_step = resume_state["global_step"]
             tracker.update(resume_state["tracker"])
+            best_state = load_best_state(resume_from) if self.cfg.keep_best else None
+            if best_state is not None:
+                tracker["best_state"] = best_state
             if phase_idx >= len(self.phases):
                 raise CheckpointError(f"checkpoint '{resume_from}' is past the end of this schedule",
                                       "resume with the recipe it was trained with")
@@ -393,15 +400,26 @@ class Trainer:
                 # Checkpoints written before per-rank RNG states hold one state (a dict).
                 set_rng_state(rng[self.dist.rank] if isinstance(rng, list) else rng)
                 start = phase_step
-                if start >= phase.steps:
+                if start > phase.steps:
+                    raise CheckpointError(f"checkpoint '{resume_from}' is at step {start} of phase '{phase.name}', "
+                                          f"past its {phase.steps} steps in this schedule",
+                                          "resume with the recipe it was trained with")
+                if start == phase.steps:
                     # the checkpoint the end of this (last) phase wrote: its evaluation, best-state
                     # restore and checkpoint are done already, and repeating them would log them twice
                     resume_state = None
                     continue
-            else:
+            if start == 0:
+                # each phase watches its own evaluations (also one a checkpoint at the previous phase's end
+                # resumes into: its tracker still holds that phase's best)
                 tracker.pop("best_value", None)
                 tracker.pop("best_state", None)
                 tracker["bad_evals"] = 0
+            elif self.cfg.keep_best and "best_value" in tracker and "best_state" not in tracker:
+                raise CheckpointError(f"checkpoint '{resume_from}' has no {BEST_STATE_FILE} (it was written without "
+                                      "train.keep_best, or by an older genfeat), so keep_best cannot restore the best "
+                                      "evaluation made before it", "resume with --train.keep_best false, or start a "
+                                      "new run without --resume")
             self.model.train()
             window: dict[str, list[float]] = {}
             window_items, window_t0 = 0.0, time.time()
@@ -435,7 +453,9 @@ class Trainer:
                     window, window_items, window_t0 = {}, 0.0, time.time()
                 if self.cfg.eval_every and done % self.cfg.eval_every == 0 and done != phase.steps:
                     stopped = self._run_eval(tracker, global_step, phase)
-                if self.cfg.save_every and done % self.cfg.save_every == 0:
+                # at the phase's last step the checkpoint follows its evaluation (below), so a resume from
+                # it never skips that evaluation or the best-state restore
+                if self.cfg.save_every and done % self.cfg.save_every == 0 and done != phase.steps:
                     self._save("last", p_idx, done, global_step, optimizers, tracker)
                 steps_this_run += 1
                 if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
