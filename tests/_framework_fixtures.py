@@ -24,12 +24,18 @@ class TwoHead(nn.Module):
 
 
 class SquaredError(Objective):
-    """Sum of squared errors of one head; optionally carries a running state like a memory."""
+    """Sum of squared errors of one head; optionally carries a running state like a memory.
 
-    def __init__(self, head: str = "a", name: str | None = None, stateful: bool = False):
+    With ``threshold``, only the items whose first feature exceeds it are scored, so batches of one
+    size have unequal counts, like the masked positions of a masked LM or the tokens of padded batches.
+    """
+
+    def __init__(self, head: str = "a", name: str | None = None, stateful: bool = False,
+                 threshold: float | None = None):
         self.head = head
         self.name = name or f"mse_{head}"
         self.stateful = stateful
+        self.threshold = threshold
         self.carry: torch.Tensor | None = None
         self.calls = 0
         self.fail_at: int | None = None
@@ -44,6 +50,8 @@ class SquaredError(Objective):
                 pred = pred + 0.1 * self.carry.mean()
             self.carry = pred.detach()
         err = (pred - batch[f"y_{self.head}"]) ** 2
+        if self.threshold is not None:
+            err = err[batch["x"][:, 0] > self.threshold]
         return LossOutput(err.sum(), err.numel(), {"sq": float(err.detach().sum())})
 
     def reset_state(self) -> None:

@@ -1,7 +1,8 @@
 """Training runs for the DDP tests; run directly or under torchrun.
 
-``ddp_worker.py OUT`` trains the tiny two-head model and writes OUT/rank{r}.pt with the final
-parameters and the logged per-step losses.
+``ddp_worker.py OUT`` trains the tiny two-head model (a joint stage of both heads, accumulating 2
+micro-batches whose item counts differ between micro-batches and ranks) and writes OUT/rank{r}.pt
+with the final parameters and the logged per-step losses.
 
 ``ddp_worker.py OUT --transformer-xl [--field.path value ...]`` runs the Transformer-XL debug recipe
 through the command line with those overrides (metrics.jsonl, results.json and checkpoints go to
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from genfeat.framework import OptimConfig, TrainConfig, Trainer, one_phase
+from genfeat.framework import OptimConfig, Term, TrainConfig, Trainer, joint
 
 from _framework_fixtures import SquaredError, TwoHead, make_stream
 
@@ -32,9 +33,10 @@ def save_params(model: torch.nn.Module, file: Path, losses: list[float] | None =
 def main(out: Path) -> None:
     torch.manual_seed(0)
     model = TwoHead()
-    trainer = Trainer(model, one_phase(SquaredError("a"), make_stream(batch_size=8), 6,
-                                       OptimConfig(name="adamw", lr=1e-2)),
-                      TrainConfig(progress=False, log_every=1, clip_norm=1.0), out_dir=out)
+    terms = [Term(SquaredError("a", threshold=0.0), make_stream(batch_size=8), 1.0),
+             Term(SquaredError("b", threshold=0.0), make_stream(batch_size=8, seed=1), 0.5)]
+    trainer = Trainer(model, joint(terms, 6, OptimConfig(name="adamw", lr=1e-2)),
+                      TrainConfig(progress=False, log_every=1, clip_norm=1.0, grad_accum=2), out_dir=out)
     trainer.fit()
     rank = trainer.dist.rank
     losses = []

@@ -5,20 +5,22 @@ import json
 import pytest
 import torch
 
-from genfeat.framework import OptimConfig, TrainConfig, Trainer, one_phase
+from genfeat.framework import OptimConfig, Term, TrainConfig, Trainer, joint, one_phase
 
 from _framework_fixtures import SquaredError, TwoHead, make_stream
 
 SGD = OptimConfig(name="sgd", lr=1.0)
 
 
-def one_sgd_step(batch_size: int, **cfg) -> dict[str, torch.Tensor]:
-    """The parameter change of one SGD step (lr 1, so minus the gradient) from a seeded model."""
+def one_sgd_step(batch_size: int, terms=(("a", 1.0),), threshold=None, **cfg) -> dict[str, torch.Tensor]:
+    """The parameter change of one SGD step (lr 1, so minus the gradient) from a seeded model, on the
+    weighted sum of squared errors of ``terms`` (head, weight), each on its own stream."""
     torch.manual_seed(0)
     model = TwoHead()
     before = {k: p.detach().clone() for k, p in model.named_parameters()}
-    Trainer(model, one_phase(SquaredError("a"), make_stream(batch_size=batch_size), 1, SGD),
-            TrainConfig(progress=False, **cfg)).fit()
+    stage = [Term(SquaredError(head, threshold=threshold), make_stream(batch_size=batch_size, seed=i), weight)
+             for i, (head, weight) in enumerate(terms)]
+    Trainer(model, joint(stage, 1, SGD), TrainConfig(progress=False, **cfg)).fit()
     return {k: p.detach() - before[k] for k, p in model.named_parameters()}
 
 
@@ -30,6 +32,22 @@ def test_two_accumulated_half_batches_step_like_one_full_batch():
     # The stream's order does not depend on the batch size, so the two halves are the full batch.
     full = one_sgd_step(16)
     accumulated = one_sgd_step(8, grad_accum=2)
+    assert norm(full) > 0
+    for k in full:
+        torch.testing.assert_close(accumulated[k], full[k], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("terms", [(("a", 1.0),), (("a", 1.0), ("b", 0.25))], ids=["one-term", "two-terms"])
+def test_accumulation_weights_every_item_equally_when_micro_batches_have_unequal_counts(terms):
+    """Token weighting: the step's loss is each term's loss sum over its micro-batches divided by their
+    total count, so halves with 5 and 4 scored items (3 and 5 for the second term) step like the full batch,
+    not like the mean of the two halves' means."""
+    for i in range(len(terms)):
+        stream = make_stream(batch_size=8, seed=i)
+        counts = [int((next(stream)["x"][:, 0] > 0).sum()) for _ in range(2)]
+        assert counts[0] != counts[1] and min(counts) > 0, counts
+    full = one_sgd_step(16, terms, threshold=0.0)
+    accumulated = one_sgd_step(8, terms, threshold=0.0, grad_accum=2)
     assert norm(full) > 0
     for k in full:
         torch.testing.assert_close(accumulated[k], full[k], rtol=1e-5, atol=1e-7)

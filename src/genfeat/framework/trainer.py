@@ -6,10 +6,12 @@ autocast on CPU and CUDA, seeding, a tqdm bar with loss and items/s, a JSONL met
 (TensorBoard optional), periodic evaluation, early stopping on a validation metric, checkpoints
 that resume exactly, and torchrun/DDP.
 
-Loss normalisation: a step minimises ``sum_k w_k * loss_sum_k / count_k`` averaged over the
-accumulation micro-batches and (by DDP's gradient averaging) over ranks. With equal per-rank
-counts, which the LM streams guarantee, this is the mean over the global batch, so a run on
-``world`` ranks with per-rank batch B/world follows a single-process run with batch B.
+Loss normalisation (token weighting): a step minimises ``sum_t w_t * S_t / C_t`` over the terms
+t of its stage, where S_t is the term's loss sum and C_t its item count (tokens, examples), both
+summed over the step's accumulation micro-batches and over ranks. Every item of the global batch
+weighs the same, also when micro-batches or ranks hold different counts (padding, masked LM), so
+``grad_accum`` micro-batches step like one batch that many times as large, and a run on ``world``
+ranks with per-rank batch B/world like a single-process run with batch B.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from .checkpoint import (BEST_STATE_FILE, load_best_state, load_for_resume, load
 from .cpu import keep_freed_memory
 from .distributed import DistInfo, all_reduce_sum, init_distributed
 from .optim import OptimConfig
-from .schedule import Phase, Stage
+from .objective import LossOutput
+from .schedule import Phase, Stage, Term
 
 __all__ = ["TrainConfig", "Trainer", "TrainResult", "OptimConfig", "seed_everything", "to_device"]
 
@@ -57,7 +60,8 @@ class TrainConfig(Config):
     clip_norm: float = 0.0
     """Clip the global gradient norm of the stepped parameters to this value (0: off)."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step."""
+    """Micro-batches per optimizer step; every item of them weighs the same in the step's loss (the
+    module docstring's token weighting), however the items are spread over the micro-batches."""
     log_every: int = 50
     """Write a metrics line every this many steps."""
     eval_every: int = 0
@@ -318,38 +322,67 @@ class Trainer:
 
     def _step(self, phase: Phase, stage: Stage, optimizer: torch.optim.Optimizer,
               window: dict[str, list[float]]) -> float:
-        """One optimizer step of ``stage``; returns the number of items (tokens, examples) seen."""
+        """One optimizer step of ``stage`` (token-weighted, see the module docstring); returns the
+        number of items (tokens, examples) seen.
+
+        A term's count C_t is known only after the forward passes of all its micro-batches, so the
+        terms run one after another: the term's micro-batches are backpropagated as plain loss sums,
+        and at its last one, once C_t is summed over ranks, the gradient gathered so far is divided by
+        ``C_t / world`` (``world`` undoes DDP's averaging over ranks) and the earlier terms' gradient,
+        set aside meanwhile (one more gradient's memory, in a stage of several terms with
+        ``grad_accum`` > 1), is added back, all before the backward pass that DDP synchronises.
+        """
         optimizer.zero_grad(set_to_none=True)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
         items = 0.0
         accum = self.cfg.grad_accum
-        for micro in range(accum):
-            last = micro == accum - 1
-            sync = self.wrapped.no_sync() if self.dist.enabled and not last else nullcontext()
-            with sync:
-                with self._autocast():
-                    total = None
-                    for term in stage.terms:
+        for t, term in enumerate(stage.terms):
+            earlier = None
+            if accum > 1 and t > 0:
+                earlier = [p.grad for p in params]
+                for p in params:
+                    p.grad = None
+            count = 0.0
+            for micro in range(accum):
+                last_micro = micro == accum - 1
+                final = last_micro and t == len(stage.terms) - 1
+                with self.wrapped.no_sync() if self.dist.enabled and not final else nullcontext():
+                    with self._autocast():
                         batch = to_device(next(term.stream), self.device)
                         out = term.objective(self.wrapped, batch)
-                        count = float(out.count)
-                        if count <= 0:
-                            raise ValueError(f"objective '{term.objective.name}' returned count {count}")
-                        part = term.weight * out.loss_sum / (count * accum)
-                        total = part if total is None else total + part
-                        stats = window.setdefault(term.objective.name, [0.0, 0.0])
-                        stats[0] += float(out.loss_sum.detach())
-                        stats[1] += count
-                        for k, v in out.logs.items():
-                            window.setdefault(f"{term.objective.name}/{k}", [0.0, 0.0])
-                            window[f"{term.objective.name}/{k}"][0] += float(v)
-                            window[f"{term.objective.name}/{k}"][1] += count
-                        items += count
-                total.backward()
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+                    self._record(window, term, out)
+                    count += float(out.count)
+                    loss = term.weight * out.loss_sum
+                    if last_micro:
+                        total = all_reduce_sum([count], self.dist)[0]
+                        if total <= 0:
+                            raise ValueError(f"objective '{term.objective.name}' returned count {total} in a step")
+                        # with one micro-batch and equal counts on all ranks: the rank's count exactly
+                        per_rank = total / self.dist.world
+                        if accum > 1:
+                            for i, p in enumerate(params):
+                                if p.grad is not None:
+                                    p.grad.div_(per_rank)
+                                if earlier is not None and earlier[i] is not None:
+                                    p.grad = earlier[i] if p.grad is None else p.grad.add_(earlier[i])
+                        loss = loss / per_rank
+                    loss.backward()
+            items += count
+        params = [p for p in params if p.grad is not None]
         if self.cfg.clip_norm > 0 and params:
             torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_norm)
         optimizer.step()
         return items
+
+    @staticmethod
+    def _record(window: dict[str, list[float]], term: Term, out: LossOutput) -> None:
+        """Add a micro-batch's loss sum, count and logged sums to the logging window."""
+        count = float(out.count)
+        for key, value in [(term.objective.name, float(out.loss_sum.detach())),
+                           *((f"{term.objective.name}/{k}", float(v)) for k, v in out.logs.items())]:
+            stats = window.setdefault(key, [0.0, 0.0])
+            stats[0] += value
+            stats[1] += count
 
     # ------------------------------------------------------------------- fit
     def fit(self) -> TrainResult:
