@@ -1,4 +1,5 @@
 import copy
+import math
 
 import pytest
 import torch
@@ -84,51 +85,64 @@ def test_alternating_steps_each_optimizer_on_its_own_parameters():
     assert any(not torch.equal(v, b0[k]) for k, v in params_of(model.head_b).items())
 
 
-def test_two_phase_uses_fresh_optimizer_for_finetuning():
+def test_two_phase_finetunes_the_head_alone_with_a_fresh_optimizer():
     torch.manual_seed(0)
     model = TwoHead()
     adam = OptimConfig(name="adam", lr=1e-2)
-    pre = [Phase("pretrain", 5, [Stage([Term(SquaredError("b"), make_stream())])], {"main": OptimSpec(adam)})]
-    fine = [Phase("finetune", 3, [Stage([Term(SquaredError("a"), make_stream())])],
+    pre = [Phase("pretrain", 5, [Stage([Term(SquaredError("b"), make_stream()), Term(SquaredError("a"), make_stream())])],
+                 {"main": OptimSpec(adam)})]
+    fine = [Phase("finetune", 3, [Stage([Term(SquaredError("a"), make_stream(seed=1))])],
                   {"main": OptimSpec(adam, params=lambda m: m.head_a.parameters())})]
-    seen = []
     trainer = Trainer(model, two_phase(pre, fine), TrainConfig(**QUIET))
+    built, fine_steps, pretrained = [], [], {}
     original = trainer._build_optimizers
 
     def spy(phase):
         opts = original(phase)
-        seen.append((phase.name, opts["main"]))
+        built.append((phase.name, opts["main"]))
+        if phase.name == "finetune":  # pretraining is over
+            pretrained.update(params_of(model))
+            opts["main"].register_step_post_hook(
+                lambda opt, args, kwargs: fine_steps.append(sorted(int(s["step"]) for s in opt.state.values())))
         return opts
 
     trainer._build_optimizers = spy
-    b_before = params_of(model.head_b)
-    result = trainer.fit()
-    assert result.steps == 8
-    assert [name for name, _ in seen] == ["pretrain", "finetune"]
-    fine_opt = seen[1][1]
-    # Adam's step counter starts from zero in the fine-tuning optimizer.
-    assert all(int(s["step"]) == 3 for s in fine_opt.state.values())
-    assert all(not torch.equal(v, b_before[k]) for k, v in params_of(model.head_b).items())
+    initial = params_of(model)
+    assert trainer.fit().steps == 8
+    assert [name for name, _ in built] == ["pretrain", "finetune"]
+    pre_opt, fine_opt = built[0][1], built[1][1]
+    assert sorted(int(s["step"]) for s in pre_opt.state.values()) == [5] * 6
+    assert all(not torch.equal(pretrained[k], initial[k]) for k in initial), "pretraining steps every parameter"
+    # a fresh optimizer over the head alone: its Adam state starts at step 1 (pretraining's would go on at 6)
+    assert fine_opt is not pre_opt
+    assert {id(p) for g in fine_opt.param_groups for p in g["params"]} == {id(p) for p in model.head_a.parameters()}
+    assert fine_steps == [[1, 1], [2, 2], [3, 3]]
+    # the trunk (which receives gradients but is not in the optimizer) and head_b stay bit-identical
+    for k, v in params_of(model).items():
+        assert torch.equal(v, pretrained[k]) != k.startswith("head_a."), k
 
 
-def test_early_stopping_and_keep_best_restore_best_validation_state():
+@pytest.mark.parametrize("mode, stopped_at, best", [("min", 8, 1), ("max", 6, 0)])
+def test_early_stopping_and_keep_best_restore_best_validation_state(mode, stopped_at, best):
     torch.manual_seed(0)
     model = TwoHead()
-    scores = iter([0.5, 0.7, 0.6, 0.65, 0.9])
+    scores = [0.5, 0.3, 0.4, 0.35, 0.1]
     snapshots = []
 
     def evaluate(m):
         snapshots.append(params_of(m))
-        return {"acc": next(scores)}
+        return {"score": scores[len(snapshots) - 1]}
 
-    cfg = TrainConfig(eval_every=2, early_stop_metric="acc", early_stop_mode="max", patience=2, keep_best=True,
+    cfg = TrainConfig(eval_every=2, early_stop_metric="score", early_stop_mode=mode, patience=2, keep_best=True,
                       **QUIET)
     result = Trainer(model, one_phase(SquaredError("a"), make_stream(), 100, OptimConfig(lr=1e-2)), cfg,
                      evaluate=evaluate).fit()
-    assert result.steps == 8  # evals at 2,4,6,8: best at 4, no gain at 6 and 8 -> stop
-    assert result.best_metrics["acc"] == 0.7
+    # min: best 0.3 at step 4, no gain at 6 and 8 -> stop; max: best 0.5 at step 2, none at 4 and 6 -> stop
+    assert result.steps == stopped_at
+    assert result.best_metrics["score"] == scores[best]
+    assert not torch.equal(snapshots[best]["head_a.weight"], snapshots[-1]["head_a.weight"])
     for k, v in params_of(model).items():
-        assert torch.equal(v, snapshots[1][k])
+        assert torch.equal(v, snapshots[best][k])
 
 
 def test_bf16_autocast_follows_fp32_closely_but_not_exactly():
@@ -147,14 +161,17 @@ def test_bf16_autocast_follows_fp32_closely_but_not_exactly():
         torch.testing.assert_close(bf16[k], fp32[k], rtol=0, atol=5e-3)
 
 
-def test_lr_schedule_warmup_then_cosine():
+def test_lr_schedule_warmup_then_cosine_or_linear_decay():
     cfg = OptimConfig(lr=1.0, warmup_steps=4, decay="cosine", min_lr_ratio=0.1)
     lrs = [cfg.lr_at(s, 14) for s in range(14)]
     assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    # a fifth of the way through the decay the cosine is still near the peak (a linear decay: 0.82)
+    assert lrs[6] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(0.2 * math.pi)))
+    assert lrs[9] == pytest.approx(0.55)  # halfway, both shapes are halfway to the floor
     assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
     assert abs(cfg.lr_at(14, 14) - 0.1) < 1e-9
-    lin = OptimConfig(lr=2.0, decay="linear")
-    assert lin.lr_at(5, 10) == pytest.approx(1.0)
+    lin = OptimConfig(lr=2.0, warmup_steps=2, decay="linear")
+    assert [lin.lr_at(s, 12) for s in (0, 1, 2, 4, 7, 12)] == pytest.approx([1.0, 2.0, 2.0, 1.6, 1.0, 0.0])
 
 
 def test_train_config_rejects_bad_fields():
