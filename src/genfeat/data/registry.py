@@ -12,7 +12,7 @@ import os
 import shutil
 import urllib.request
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
