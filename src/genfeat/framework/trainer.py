@@ -88,7 +88,8 @@ class TrainConfig(Config):
     every step (:func:`genfeat.framework.cpu.keep_freed_memory`; faster steps, same peak)."""
     ddp_find_unused_parameters: bool = True
     """Under DDP, allow parameters without gradient in a step (alternating schedules, unused heads);
-    false saves a graph traversal per step when every parameter is always used."""
+    false saves a graph traversal per step when every parameter is always used (in a stage of several
+    terms: by its last term, whose backward pass DDP synchronises)."""
     stop_after_steps: int = 0
     """End this invocation after this many steps, writing the ``last`` checkpoint, so a long run
     can be done in chunks with ``--resume`` (0: run to the end)."""
