@@ -163,8 +163,10 @@ def _eval_records(path: pathlib.Path) -> list[dict]:
 
 # Planetoid-T, 30 label-context + 10 graph-context initialisation steps, then 60 alternating steps
 # (T1 = 1, T2 = 1: label and graph-context steps in turn). With label lr 1.0, validation accuracy peaks
-# before the end (seed 0: 0.596 at step 50 of 60, 0.586 at 55 and 60), so keep_best restores an earlier
-# state; "twice" interrupts the initialisation, then the alternating phase (40 + 35 steps).
+# before the end (seed 0: 0.596 at step 50 of 60, 0.586 at 55 and 60), so the best state that keep_best
+# restores comes before the "in-train" interruption (40 + 53 steps) and must survive it (it did not before
+# 0034429: the resumed run ended with the last parameters, validation 0.586); "twice" interrupts the
+# initialisation, then the alternating phase (40 + 35 steps).
 RESUME_CFG = {"dataset": "cora", "init_label_steps": 30, "init_graph_steps": 10, "steps": 60, "t2": 1,
               "eval_every": 5}
 
@@ -184,7 +186,7 @@ def uninterrupted(tmp_path_factory):
 
 
 @needs_cora
-@pytest.mark.parametrize("cuts", [[15], [40], [15, 60]], ids=["in-init", "init-end", "twice"])
+@pytest.mark.parametrize("cuts", [[15], [40], [93], [15, 60]], ids=["in-init", "init-end", "in-train", "twice"])
 def test_resume_continues_exactly(monkeypatch, tmp_path, uninterrupted, cuts):
     from safetensors.torch import load_file
 
