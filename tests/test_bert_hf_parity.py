@@ -130,3 +130,17 @@ def test_other_architectures_and_mismatched_weights_are_refused(tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="has shape"):
         genfeat.from_pretrained(tmp_path / "hf")
+
+
+def test_the_tokenizer_beside_a_hugging_face_model_loads_and_must_match_it(tmp_path):
+    from genfeat.hub import load_checkpoint
+
+    hf_model().save_pretrained(tmp_path / "hf")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(V - 5)]
+    (tmp_path / "hf" / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    model, vocab = load_checkpoint(tmp_path / "hf", architecture="bert")
+    assert len(vocab) == model.config.n_token == V
+    assert vocab.encode("w3 w90 zz") == [8, 95, 1]  # lower-cased WordPiece, as transformers' BertTokenizer
+    (tmp_path / "hf" / "vocab.txt").write_text("\n".join(tokens[:-1]) + "\n")
+    with pytest.raises(CheckpointError, match=f"vocabulary of {V - 1} types but the model predicts {V}.*vocab.txt"):
+        load_checkpoint(tmp_path / "hf")

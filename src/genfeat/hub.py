@@ -37,6 +37,7 @@ HF_SAVERS: dict[str, tuple[str, str]] = {
     "xlnet": ("genfeat.interop.hf_xlnet", "save_hf_xlnet"),
 }
 VOCAB_FILE = "vocab.json"
+HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model")  # in the order genfeat.data.tokenizers reads them
 
 
 def architecture_of(model: nn.Module) -> str:
@@ -119,15 +120,21 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
 
 
 def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[nn.Module, Any]:
-    """``from_pretrained`` plus the vocabulary saved beside the weights (None when there is none)."""
+    """``from_pretrained`` plus the vocabulary saved beside the weights (None when there is none): genfeat's
+    vocab.json, else a Hugging Face tokenizer (tokenizer.json, vocab.txt or spiece.model)."""
     model = from_pretrained(path, architecture)
-    vocab = None
+    vocab, source = None, VOCAB_FILE
     if (Path(path) / VOCAB_FILE).is_file():
         from .data.vocab import load_vocab
 
         vocab = load_vocab(Path(path) / VOCAB_FILE)
-        n_token = getattr(getattr(model, "config", None), "n_token", None)
-        if n_token is not None and len(vocab) != n_token:
-            raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
-                                  f"predicts {n_token}", "the vocab.json belongs to another model; restore the right one")
+    elif any((Path(path) / name).is_file() for name in HF_TOKENIZER_FILES):
+        from .data.tokenizers import load_tokenizer
+
+        vocab = load_tokenizer(path)
+        source = next(name for name in HF_TOKENIZER_FILES if (Path(path) / name).is_file())
+    n_token = getattr(getattr(model, "config", None), "n_token", None)
+    if vocab is not None and n_token is not None and len(vocab) != n_token:
+        raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
+                              f"predicts {n_token}", f"the {source} belongs to another model; restore the right one")
     return model, vocab
