@@ -92,6 +92,8 @@ def test_recipe_mistakes_are_one_clear_error(tmp_path):
         run_recipe(recipe(tmp_path), overrides={"model.n_token": 60}, out_dir=tmp_path / "run", progress=False)
     with pytest.raises(ConfigError, match="longer than model.max_position 16"):
         run_recipe(recipe(tmp_path, seq_len=32), out_dir=tmp_path / "run", progress=False)
+    with pytest.raises(ConfigError, match=r"seq_len \(4\) must be >= 5"):  # no room for [CLS] A [SEP] B [SEP]
+        run_recipe(recipe(tmp_path, seq_len=4), out_dir=tmp_path / "run", progress=False)
 
 
 @pytest.mark.skipif(not WIKI.is_file(), reason="needs GENFEAT_DATA with wikitext-2")

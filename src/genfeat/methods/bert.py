@@ -65,8 +65,8 @@ class BertDataConfig(Config):
     """Evaluate on the first this many held-out examples during training (0: all); the final figures use all."""
 
     def __post_init__(self):
-        if self.seq_len < 4 or self.batch_size < 1 or self.valid_examples < 0 or self.vocab_size < 10:
-            raise ValueError(f"seq_len ({self.seq_len}) must be >= 4, batch_size ({self.batch_size}) >= 1, "
+        if self.seq_len < 5 or self.batch_size < 1 or self.valid_examples < 0 or self.vocab_size < 10:
+            raise ValueError(f"seq_len ({self.seq_len}) must be >= 5, batch_size ({self.batch_size}) >= 1, "
                              f"valid_examples ({self.valid_examples}) >= 0 and vocab_size ({self.vocab_size}) >= 10")
 
 

@@ -132,6 +132,7 @@ class BertModel(nn.Module):
         input_ids: [b, t] token ids, t <= max_position.
         token_type_ids: [b, t] segment ids in [0, n_type) (default all 0).
         attention_mask: [b, t], 1 (or True) for tokens to attend to, 0 for padding (default all 1).
+            Every row needs at least one 1 (its [CLS]): a row of only padding gives NaN states.
     """
 
     def __init__(self, cfg: BertConfig):
