@@ -78,3 +78,18 @@ def test_bad_input_and_config_are_refused():
         BertConfig(n_token=5, pad_id=5)
     with pytest.raises(ValueError, match="recompute=True needs activation 'relu'"):
         PositionwiseFeedForward(8, 16, 0.0, recompute=True, activation="gelu")
+
+
+def test_bf16_autocast_trains_close_to_fp32():
+    model = tiny(init_std=0.2).train()
+    ids = torch.randint(1, V, (4, 10), generator=torch.Generator().manual_seed(1))
+    asked = torch.rand(4, 10, generator=torch.Generator().manual_seed(2)) < 0.3
+    labels = ids[asked]
+    ref = torch.nn.functional.cross_entropy(model(ids, masked_positions=asked).logits, labels)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(ids, masked_positions=asked).logits
+    assert logits.dtype == torch.bfloat16
+    loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+    assert abs(loss.item() - ref.item()) < 0.05 * ref.item()
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
