@@ -37,9 +37,9 @@ class TensorStream:
 
     With ``drop_last=False`` every example is seen exactly once per epoch, also when sharded: the
     short last batch of r < batch_size examples is dealt out in contiguous slices whose sizes
-    differ by at most one (the first ``r % world`` ranks get one more). That step's gradient is then
-    the mean of per-rank means, not exactly the mean over its r examples. A short batch with fewer
-    examples than ranks would leave a rank without any, so :meth:`shard` refuses it.
+    differ by at most one (the first ``r % world`` ranks get one more); the trainer's item-weighted
+    normalisation (counts summed over ranks) still weighs each of the r examples the same. A short
+    batch with fewer examples than ranks would leave a rank without any, so :meth:`shard` refuses it.
 
     Args:
         tensors: mapping name -> tensor with the same first dimension n.
