@@ -355,5 +355,12 @@ def test_tokens_outside_the_vocabulary_are_counted_per_split(tmp_path):
     pieces = SentencePieceVocab.train(text, 30)
     (tmp_path / "s.txt").write_text("lower Ωnew\n")
     assert load_corpus(str(tmp_path / "s.txt"), pieces).oov == {"all": 1}, "Ω was never seen"
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "b": 2, "##b": 3}, unk_token="[UNK]"))
+    wordpiece.pre_tokenizer = pre_tokenizers.Whitespace()
+    (tmp_path / "p.txt").write_text("ab b zz a\n")
+    corpus = load_corpus(str(tmp_path / "p.txt"), BPEVocab(wordpiece))
+    assert corpus.splits["all"].tolist() == [1, 3, 2, 0, 1] and corpus.oov == {"all": 1}
     with pytest.raises(DataError, match="'enwik8' is byte level but the vocabulary given is of kind 'word'"):
         load_split("enwik8:valid", words)
