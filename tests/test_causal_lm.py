@@ -225,6 +225,7 @@ def test_eval_overrides_reach_the_evaluation(tmp_path, spies, eval_section, want
     ({"data": {"ext_len": 2, "shuffle_segments": True}}, "shuffle"),
     ({"eval": {"tgt_len": 0}}, "eval.tgt_len"),
     ({"eval": {"mem_len": -1}}, "eval.mem_len"),
+    ({"eval": {"valid_tokens": 5, "batch_size": 4}}, "eval.valid_tokens"),
     ({"generate": {"length": 5, "temperature": 0.0}}, "temperature"),
 ])
 def test_bad_settings_are_refused_before_training(tmp_path, sections, match):

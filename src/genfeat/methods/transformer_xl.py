@@ -83,6 +83,9 @@ class LMEvalConfig(Config):
             raise ValueError(f"eval.mem_len must be >= 0 (or null: model.mem_len), got {self.mem_len}")
         if self.batch_size < 1 or self.valid_tokens < 0:
             raise ValueError("eval.batch_size must be >= 1 and eval.valid_tokens >= 0")
+        if 0 < self.valid_tokens < 2 * self.batch_size:
+            raise ValueError(f"eval.valid_tokens {self.valid_tokens} leaves fewer than 2 tokens in each of the "
+                             f"{self.batch_size} streams (eval.batch_size): nothing to score")
 
 
 @dataclass
