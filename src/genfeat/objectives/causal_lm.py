@@ -22,9 +22,9 @@ class CausalLMObjective(Objective):
             (the "half loss" of Table 2.6, which evens out the context that absolute-position
             models without recurrence see).
         recurrence: carry the memory to the next segment (False: every segment starts empty).
-        ext_len: the ``ext_len`` of the stream, whose inputs start with that many tokens of the
-            previous segment (scored by nobody): the memory then leaves them out, so the context is
-            every earlier token once (default None: the model's ``ext_len``).
+        ext_len: the ``ext_len`` of the stream, whose inputs after the first start with the previous
+            segment's last ext_len tokens (scored by nobody): the memory leaves those positions out,
+            so every earlier token is in the context once (default None: the model's ``ext_len``).
 
     The batch must have ``input`` ([b, t] token ids, or [b, ext_len + t]), ``target`` ([b, t]) and
     ``new_epoch`` (bool).
