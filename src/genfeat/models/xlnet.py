@@ -148,31 +148,28 @@ class XLNetLayer(nn.Module):
                 for p, (hp, mp, sp, memp, qp, rp) in zip(pos, parts)]
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
-    def _post(self, x: Tensor, a: Tensor) -> Tensor:
-        x = self.attn_norm(x + self.drop(a))
-        return self.ff_norm(x + self.ff(x))
-
-    def forward(self, h: Tensor, g: Tensor | None, pos: list[Tensor], mask_h: Tensor | None, mask_g: Tensor | None,
-                seg_h: Tensor | None, seg_g: Tensor | None, mem: Tensor | None, rows: Tensor | None
-                ) -> tuple[Tensor, Tensor | None]:
-        """One layer of Eq. 2.4.
+    def forward(self, x: Tensor, t: int, pos: list[Tensor], mask: Tensor | None, seg_mat: Tensor | None,
+                mem: Tensor | None, rows: Tensor | None) -> Tensor:
+        """One layer of Eq. 2.4 on both streams at once: they share keys, values, encodings and every
+        weight, so their queries go through one attention call and one feed-forward call.
 
         Args:
-            h: [b, t, d] content stream; g: [b, n, d] query stream or None.
+            x: [b, t + n, d], the content stream h (t rows) followed by the query stream g (n rows;
+                none without a query stream).
+            t: length of the content stream.
             pos: [k + t, d] encodings of the distances k .. -t+1, one per part of the batch (with
                 ``bi_data`` a second one, of the negated distances, for its second half).
-            mask_h: bool [b, t, k] (True = blocked) of the content stream, or None.
-            mask_g: bool [b, n, k] of the query stream (the rows of its predicted positions), or None.
-            seg_h, seg_g: [b, t, k, 2] and [b, n, k, 2] one-hot same / different segment, or None.
+            mask: bool [b, t + n, k] (True = blocked), or None.
+            seg_mat: [b, t + n, k, 2] one-hot same / different segment, or None.
             mem: [b, m, d] or None.
-            rows: long [b, n], the positions the query stream predicts (with g).
+            rows: long [b, t + n], the positions of x's rows (0 .. t-1, then the predicted ones);
+                None without a query stream.
         Returns:
-            The new (h, g).
+            The new x.
         """
-        new_h = self._post(h, self._attend(h, pos, mask_h, seg_h, mem))
-        if g is None:
-            return new_h, None
-        return new_h, self._post(g, self._attend(h, pos, mask_g, seg_g, mem, query=g, query_pos=rows))
+        a = self._attend(x[:, :t], pos, mask, seg_mat, mem, query=None if rows is None else x, query_pos=rows)
+        x = self.attn_norm(x + self.drop(a))
+        return self.ff_norm(x + self.ff(x))
 
 
 class XLNetLMHeadModel(nn.Module):
@@ -226,13 +223,13 @@ class XLNetLMHeadModel(nn.Module):
         return [self.drop(sinusoid(d, cfg.d_model).to(dtype)) for d in ((dist, -dist) if cfg.bi_data else (dist,))]
 
     @staticmethod
-    def _masks(b: int, t: int, m: int, perm_mask: Tensor | None, attention_mask: Tensor | None,
-               rows: Tensor | None, device) -> tuple[Tensor | None, Tensor | None]:
-        """Content-stream mask [b, t, k] and query-stream mask [b, n, k] (its rows ``rows``), True =
-        blocked: the memory is always visible; the query stream follows ``perm_mask`` and padding,
-        the content stream also sees itself."""
+    def _mask(b: int, t: int, m: int, perm_mask: Tensor | None, attention_mask: Tensor | None,
+              rows: Tensor | None, device) -> Tensor | None:
+        """[b, t (+ n), k], True = blocked: the content stream's rows, then (with ``rows``, the
+        predicted positions) the query stream's. The memory is always visible; the query stream
+        follows ``perm_mask`` and padding, the content stream also sees itself."""
         if perm_mask is None and attention_mask is None:
-            return None, None
+            return None
         blocked = torch.zeros(b, t, m + t, dtype=torch.bool, device=device)
         if perm_mask is not None:
             blocked[:, :, m:] |= perm_mask.bool()
@@ -240,15 +237,17 @@ class XLNetLMHeadModel(nn.Module):
             blocked[:, :, m:] |= ~attention_mask.bool()[:, None, :]
         query = None if rows is None else _rows(blocked, rows)
         blocked[:, :, m:].diagonal(dim1=1, dim2=2).fill_(False)
-        return blocked, query
+        return blocked if query is None else torch.cat([blocked, query], 1)
 
     @staticmethod
-    def _segments(token_type_ids: Tensor | None, m: int) -> Tensor | None:
-        """One-hot [b, t, k, 2]: index 1 where query and key are in different segments."""
+    def _segments(token_type_ids: Tensor | None, rows: Tensor | None, m: int) -> Tensor | None:
+        """One-hot [b, t (+ n), k, 2] for the rows of :meth:`_mask`: index 1 where query and key are
+        in different segments."""
         if token_type_ids is None:
             return None
+        queries = token_type_ids if rows is None else torch.cat([token_type_ids, _rows(token_type_ids, rows)], 1)
         keys = F.pad(token_type_ids, (m, 0))
-        return F.one_hot((token_type_ids[:, :, None] != keys[:, None, :]).long(), 2)
+        return F.one_hot((queries[:, :, None] != keys[:, None, :]).long(), 2)
 
     def forward(self, input_ids: Tensor, perm_mask: Tensor | None = None, target_mapping: Tensor | None = None,
                 token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -266,25 +265,25 @@ class XLNetLMHeadModel(nn.Module):
             raise ValueError(f"target_mapping has shape {tuple(target_mapping.shape)}, expected [{b}, n, {t}]")
         m = mems[0].shape[1] if mems else 0
         klen = m + t
-        h = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
-        g = rows = None
+        x = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
+        rows = all_rows = None
         if target_mapping is not None:
             rows = target_mapping.float().argmax(-1)                                        # [b, n]
-            g = self.drop(self.mask_emb.expand(b, rows.shape[1], -1))                       # [b, n, d]
-        mask_h, mask_g = self._masks(b, t, m, perm_mask, attention_mask, rows, h.device)
-        seg_h = self._segments(token_type_ids, m)
-        seg_g = None if seg_h is None or rows is None else _rows(seg_h, rows)
-        pos = self._positions(t, klen, h.device)
+            g = self.mask_emb.expand(b, rows.shape[1], -1)
+            x = torch.cat([x, self.drop(g)], 1)                                             # [b, t + n, d]
+            all_rows = torch.cat([torch.arange(t, device=x.device).expand(b, t), rows], 1)
+        mask = self._mask(b, t, m, perm_mask, attention_mask, rows, x.device)
+        seg_mat = self._segments(token_type_ids, rows, m)
+        pos = self._positions(t, klen, x.device)
         hids = []
         for i, layer in enumerate(self.layers):
-            hids.append(h)
-            mem = mems[i] if m else None
-            args = (h, g, pos, mask_h, mask_g, seg_h, seg_g, mem, rows)
+            hids.append(x[:, :t])
+            args = (x, t, pos, mask, seg_mat, mems[i] if m else None, all_rows)
             if cfg.checkpoint_layers and self.training and torch.is_grad_enabled():
-                h, g = checkpoint(layer, *args, use_reentrant=False)
+                x = checkpoint(layer, *args, use_reentrant=False)
             else:
-                h, g = layer(*args)
-        out = self.drop(h if g is None else g)
+                x = layer(*args)
+        out = self.drop(x[:, t:] if rows is not None else x)
         logits = F.linear(out, self.word_emb.weight, self.lm_bias)
         return XLNetOutput(logits=logits, hidden=out, mems=self._update_mems(hids, mems if m else None))
 

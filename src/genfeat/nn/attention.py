@@ -77,12 +77,12 @@ def _distance_index(rows: Tensor, klen: int, offset: int) -> Tensor:
 
 
 def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor | None, bias: Tensor | None,
-                blocked: Tensor | None, offset: int, scale: float, index: Tensor | None = None) -> Tensor:
+                blocked: Tensor | None, offset: int, scale: float, rows: Tensor | None = None) -> Tensor:
     """Masked, scaled scores [h, b, t, k] of Eq. 2.3 in at least fp32 (qu, qw already scaled).
 
     ``blocked`` is the additive mask of ``_mask_terms``: blocked entries end at about -1e30.
-    ``index`` ([b, t, k], from ``_distance_index``) realigns distances by a gather instead of the
-    strided view, for queries that are not the last t positions in order."""
+    With ``rows`` ([b, t], the queries' positions when they are not the last t in order) distances
+    are realigned by a gather (``_distance_index``) instead of the strided view."""
     h, b, t, e = qw.shape
     acc = accumulation_dtype(k.dtype)
     score = torch.matmul(qu, k.transpose(-1, -2)).to(acc)                      # (a) + (c)
@@ -90,7 +90,10 @@ def _rel_scores(qu: Tensor, qw: Tensor, k: Tensor, r: Tensor, pos_bias: Tensor |
     if pos_bias is not None:
         bd.add_(pos_bias[:, None, :], alpha=scale)
     bd = bd.view(h, b, t, -1)
-    score.add_(rel_shift(bd, k.shape[2], offset) if index is None else bd.gather(3, index.expand(h, -1, -1, -1)))
+    if rows is None:
+        score.add_(rel_shift(bd, k.shape[2], offset))
+    else:
+        score.add_(bd.gather(3, _distance_index(rows, k.shape[2], offset).expand(h, -1, -1, -1)))
     if bias is not None:
         score.add_(bias, alpha=scale)
     if blocked is not None:
@@ -106,18 +109,18 @@ class _RelativeAttentionCore(torch.autograd.Function):
     Saves q, kv, r and the rows' log-sum-exp; the [t, k] probabilities are recomputed in
     backward rather than stored, and the distance realignment is a strided view in both passes.
     Inputs use the head-major layout [h, b, ...] so one matmul per head covers the whole batch
-    for the position terms and a [b, t, k] mask broadcasts over heads. With ``index`` (queries at
-    arbitrary positions, ``_distance_index``) distances are realigned by a gather and their
-    gradient returned by the matching scatter.
+    for the position terms and a [b, t, k] mask broadcasts over heads. With ``rows`` (the positions
+    of queries that are not the last t in order) distances are realigned by a gather and their
+    gradient returned by the matching scatter; the [b, t, k] index is rebuilt in backward, not saved.
     """
 
     @staticmethod
-    def forward(ctx, q, u, w, kv, r, pos_bias, bias, mask, offset, scale, p_drop, index=None):
+    def forward(ctx, q, u, w, kv, r, pos_bias, bias, mask, offset, scale, p_drop, rows=None):
         k, v = kv.unbind(0)
         with torch.autocast(q.device.type, enabled=False):
             qu, qw = _biased_queries(q, u, w, scale, k.dtype)
             blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
-            score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale, index)
+            score = _rel_scores(qu, qw, k, r, pos_bias, bias, blocked, offset, scale, rows)
             # a query with every key blocked attends to nothing (zero output, zero gradients)
             lse = softmax_(score, allowed=allowed)
             prob = score
@@ -126,19 +129,19 @@ class _RelativeAttentionCore(torch.autograd.Function):
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
                 prob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
             out = torch.matmul(prob.to(v.dtype), v)                              # [h, b, t, e]
-        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, index)
+        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, rows)
         ctx.offset, ctx.scale, ctx.p_drop = offset, scale, p_drop
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, index = ctx.saved_tensors
+        q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, rows = ctx.saved_tensors
         k, v = kv.unbind(0)
         dkv = torch.empty_like(kv)
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
         qu, qw = _biased_queries(q, u, w, scale, k.dtype)
-        prob = exp_floored_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale, index).sub_(lse),
+        prob = exp_floored_(_rel_scores(qu, qw, k, r, pos_bias, bias, blocked, ctx.offset, scale, rows).sub_(lse),
                             allowed)
         dout = dout.to(v.dtype)
         dprob = torch.matmul(dout, v.transpose(-1, -2)).to(lse.dtype)           # [h, b, t, k]
@@ -158,8 +161,8 @@ class _RelativeAttentionCore(torch.autograd.Function):
         # overlap only in entries that read a neighbouring row, whose gradient is zero (masked).
         p = r.shape[1]
         dbd = dscore.new_zeros(h, b, t, p)
-        if index is not None:  # a row's keys have distinct distances: nothing to add up
-            dbd.scatter_(3, index.expand(h, -1, -1, -1), dscore)
+        if rows is not None:  # a row's keys have distinct distances: nothing to add up
+            dbd.scatter_(3, _distance_index(rows, k.shape[2], ctx.offset).expand(h, -1, -1, -1), dscore)
         else:
             view = rel_shift(dbd, k.shape[2], ctx.offset)
             cols = min(k.shape[2], p - 1)
@@ -344,14 +347,10 @@ class RelativeMultiHeadAttention(nn.Module):
             ef = torch.einsum("hbte,she->hbts", q + r_s_bias[:, None, None, :], seg_embed)   # [h, b, t, 2]
             bias = torch.einsum("hbts,btks->hbtk", ef, seg_mat.to(ef.dtype))
         d0 = pos.shape[0] - 1 if pos_max is None else pos_max
-        index = None
-        if query_pos is None:
-            offset = d0 - (klen - t)
-        else:
-            offset = d0 - m
-            index = _distance_index(query_pos, klen, offset)
+        offset = d0 - (klen - t) if query_pos is None else d0 - m
         p_drop = self.dropatt.p if self.training else 0.0
-        out = _RelativeAttentionCore.apply(q, u, w, kv, r, pos_bias, bias, mask, offset, self.scale, p_drop, index)
+        out = _RelativeAttentionCore.apply(q, u, w, kv, r, pos_bias, bias, mask, offset, self.scale, p_drop,
+                                           query_pos)
         return self.out(out.permute(1, 2, 0, 3).reshape(b, t, heads * e))
 
 
