@@ -12,7 +12,10 @@ The query stream exists only in pretraining and only for the predicted positions
 ``target_mapping`` [b, n, t] (row p one-hot at the position of the p-th prediction), its states
 are [b, n, d], its attention has n query rows (not t, as in HF, which scatters the n queries to
 all t positions and gathers them back), and the LM head (tied to the word embeddings, plus a bias)
-is applied to those n states only. Attention itself is the relative attention of Transformer-XL
+is applied to those n states only. Since the streams share keys, values, encodings and weights,
+they travel through the layers as one [b, t + n, d] tensor (content rows first) and each layer
+runs one attention call (the rows' positions given to it) and one feed-forward call for both.
+Attention itself is the relative attention of Transformer-XL
 (``genfeat.nn.attention``, Eq. 2.3) with bidirectional relative positions (distances k .. -t+1)
 and XLNet's relative segment encodings: (q_i + b)^T s_ij with s_ij = s+ when positions i and j
 are in the same segment and s- otherwise. The memory of earlier segments (``mems``, ``mem_len``,
