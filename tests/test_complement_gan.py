@@ -14,7 +14,7 @@ from genfeat.models.complement_gan import (ComplementGAN, ComplementGANConfig, D
                                            WNLinear, data_init)
 from genfeat.models.pixelcnn import PixelCNN, PixelCNNConfig, discretized_logistic_mixture_log_prob
 from genfeat.objectives.complement_gan import (DensityObjective, DiscriminatorObjective, GeneratorObjective,
-                                               conditional_entropy, gaussian_nll, log_prob_fake, log_prob_real,
+                                               conditional_entropy, density_input, gaussian_nll, log_prob_fake, log_prob_real,
                                                pull_away)
 
 
@@ -126,7 +126,7 @@ def test_low_density_term_counts_only_samples_above_epsilon_every_ld_every_steps
         out = obj(model, {"x_unl": x_unl})
         torch.manual_seed(step)
         _, fake = model.generate(6)
-        logp = -100 * (fake[:4] * 2 - 1).flatten(1).mean(1)
+        logp = -100 * ((fake[:4] * 255).round() / 127.5 - 1).flatten(1).mean(1)
         ld = 0.5 * (logp * (logp > 0)).mean()
         logs.append("ld" in out.logs)
         if "ld" in out.logs:
@@ -137,6 +137,15 @@ def test_low_density_term_counts_only_samples_above_epsilon_every_ld_every_steps
                                ld_start=1)
     again.load_state_dict(state)
     assert again.calls == 4
+
+
+def test_density_input_rounds_to_8_bit_values_with_a_straight_through_gradient():
+    x = torch.tensor([0.0, 0.001, 0.31, 0.999, 1.0], requires_grad=True)
+    y = density_input(x, (0.0, 1.0))
+    assert torch.allclose(y, torch.tensor([0, 0, 79, 255, 255]) / 127.5 - 1)
+    y.sum().backward()
+    assert torch.allclose(x.grad, torch.full((5,), 2.0))
+    assert torch.allclose(density_input(torch.tensor([-1.0, 1.0]), (-1.0, 1.0)), torch.tensor([-1.0, 1.0]))
 
 
 def test_ld_needs_density_and_generator_needs_a_term():

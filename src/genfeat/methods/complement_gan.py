@@ -31,7 +31,7 @@ from ..framework.stream import TensorStream
 from ..io import atomic_path, write_json_atomic
 from ..models.complement_gan import ComplementGAN, ComplementGANConfig, data_init
 from ..models.pixelcnn import PixelCNN, PixelCNNConfig
-from ..objectives.complement_gan import DensityObjective, DiscriminatorObjective, GeneratorObjective
+from ..objectives.complement_gan import DensityObjective, DiscriminatorObjective, GeneratorObjective, density_input
 from ..runner import register_method
 
 DATASETS = ("mnist", "svhn", "cifar10", "synthetic_2d")
@@ -221,9 +221,9 @@ def load_density(path: str | Path, image_shape: tuple[int, ...]) -> PixelCNN:
 
 @torch.no_grad()
 def log_probs(density: PixelCNN, x: torch.Tensor, pixel_range: tuple[float, float], batch: int = 200) -> torch.Tensor:
-    """log p(x) in nats per image under the density model; x (n, c, h, w) in ``pixel_range`` -> (n,)."""
-    lo, hi = pixel_range
-    return torch.cat([density.log_prob((x[i:i + batch] - lo) / (hi - lo) * 2 - 1) for i in range(0, len(x), batch)])
+    """log p(x) in nats per image under the density model, x rounded to 8-bit values; x (n, c, h, w) in
+    ``pixel_range`` -> (n,)."""
+    return torch.cat([density.log_prob(density_input(x[i:i + batch], pixel_range)) for i in range(0, len(x), batch)])
 
 
 def save_grid(images: torch.Tensor, path: str | Path, pixel_range: tuple[float, float], nrow: int = 10) -> None:

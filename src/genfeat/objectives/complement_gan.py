@@ -59,6 +59,17 @@ def gaussian_nll(mean: Tensor, log_sigma: Tensor, z: Tensor) -> Tensor:
     return (log_sigma + 0.5 * ((z - mean) / log_sigma.exp()) ** 2 + 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
+def density_input(x: Tensor, pixel_range: tuple[float, float]) -> Tensor:
+    """Images in ``pixel_range`` as the density model reads them: rounded to the 256 values of an 8-bit
+    pixel and mapped to [−1, 1]. The discretised likelihood puts the whole tail below the lowest value
+    on that value, so an off-grid generated pixel at 0.002 (a "black" background) would be scored as
+    an interior bin of tiny mass; rounding scores it as black, as a saved image would be. The rounding
+    passes gradients straight through. Shapes: any -> the same."""
+    lo, hi = pixel_range
+    u = (x - lo) / (hi - lo) * 255
+    return (u + (u.round() - u).detach()) / 127.5 - 1
+
+
 def _pack(terms: dict[str, Tensor], count: int, logs: dict[str, float]) -> LossOutput:
     """The summed weighted batch means as a LossOutput over ``count`` items (each log a mean times count)."""
     total = sum(terms.values())
@@ -119,7 +130,8 @@ class GeneratorObjective(Objective):
         pt_weight: w_pt of the pull-away term on h(G(z)) (default 0.0: off).
         vi_weight: w_vi of −log q(z | G(z)) (default 0.0: off; needs the model's encoder).
         ld_weight: w_ld of the low-density term (default 0.0: off; needs ``density``).
-        density: frozen density model with ``log_prob(x) -> (b,)`` in nats per image, x in [−1, 1].
+        density: frozen density model with ``log_prob(x) -> (b,)`` in nats per image, x in [−1, 1] (read
+            through :func:`density_input`).
         epsilon: ε, the threshold on log p (the q-th centile of the training images' log p).
         ld_batch: generated images the density model scores at an LD step (default 30, the released code).
         ld_every: an LD step every this many generator steps (default 10, the released code's p = 0.1).
@@ -178,8 +190,7 @@ class GeneratorObjective(Objective):
             terms["vi"] = self.vi_weight * gaussian_nll(q.mean, q.log_sigma, z).mean()
         if self.ld_weight and self.calls >= self.ld_start and (self.calls - self.ld_start) % self.ld_every == 0:
             n = min(self.ld_batch, len(fake))
-            lo, hi = model.cfg.pixel_range
-            logp = self.density.log_prob((fake[:n] - lo) / (hi - lo) * 2 - 1)
+            logp = self.density.log_prob(density_input(fake[:n], model.cfg.pixel_range))
             active = logp.detach() > self.epsilon
             terms["ld"] = self.ld_weight * (logp * active).mean()
             logs["ld_active"] = float(active.float().mean()) * len(unl)
