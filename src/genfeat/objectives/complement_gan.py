@@ -139,7 +139,8 @@ class GeneratorObjective(Objective):
     Batch:
         ``x_unl`` (b_u, c, h, w).
     Logs: ``fm``, ``pt``, ``vi``, ``ld`` the weighted terms, ``ld_active`` the share of scored images
-    above ε (LD steps only).
+    above ε. The trainer averages a log over all generator steps of its window, so ``ld`` and
+    ``ld_active`` there are their LD-step values times about 1 / ld_every; 0 means no image was above ε.
     """
 
     name = "g"
