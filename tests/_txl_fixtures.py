@@ -6,7 +6,6 @@ import math
 from collections import Counter
 from typing import get_args, get_type_hints
 
-import pytest
 import torch
 
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
@@ -14,10 +13,6 @@ from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHe
 ATTN = ["relative", "shaw", "absolute_sinusoid", "absolute_learned"]
 """Every ``attn_type`` of Table 2.6, written out so a test can check it against the config."""
 
-BF16_ATTN = [pytest.param(a, marks=pytest.mark.xfail(
-    raises=RuntimeError, strict=True, reason="nn.attention: Shaw's r_emb[pos] stays fp32 next to bf16 queries "
-    "inside the autocast-free attention core (matmul dtype mismatch)")) if a == "shaw" else a for a in ATTN]
-"""ATTN for the bf16 autocast tests (Shaw's encodings fail there: a known bug, xfail until fixed)."""
 
 DEBUG_MAX_PPL = 5815
 """Valid perplexity recipes/transformer_xl/debug.yaml must beat: between trained (seeds 0-4: 5,743-5,771)

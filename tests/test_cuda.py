@@ -17,7 +17,7 @@ import torch
 from genfeat.generation import generate
 from genfeat.nn.attention import AbsoluteMultiHeadAttention, RelativeMultiHeadAttention
 
-from _txl_fixtures import ATTN, BF16_ATTN, DEBUG_MAX_PPL, attn_types, bf16_deviation, data, tiny
+from _txl_fixtures import ATTN, DEBUG_MAX_PPL, attn_types, bf16_deviation, data, tiny
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -62,7 +62,7 @@ def test_lm_log_probs_and_gradients_match_cpu(attn):
 
 
 @cuda
-@pytest.mark.parametrize("attn", BF16_ATTN)
+@pytest.mark.parametrize("attn", ATTN)
 def test_bf16_autocast_log_probs_are_close_to_fp32(attn):
     # As the CPU test in test_transformer_xl.py: weights far from uniform, and a tolerance that
     # losing the memory (0.8-1.6 nats per token on CPU) would miss.

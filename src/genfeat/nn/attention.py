@@ -340,7 +340,9 @@ class RelativeMultiHeadAttention(nn.Module):
                     cache.pos, cache.r = pos, r
             u, w, pos_bias = r_w_bias, r_r_bias, None
         else:
-            r = self.r_emb[pos].transpose(0, 1).contiguous()
+            # under autocast the queries and keys are bf16 but an indexed parameter is not: the core
+            # runs with autocast off, so the encodings take the keys' dtype here (as r_net's do)
+            r = self.r_emb[pos].to(kv.dtype).transpose(0, 1).contiguous()
             u, w, pos_bias = None, None, self.r_bias[pos].t()                       # [h, P]
         bias = None
         if seg_mat is not None:
