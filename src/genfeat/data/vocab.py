@@ -43,8 +43,6 @@ class VocabConfig(Config):
     sentencepiece a trained .model file. The checkpoint stores a copy, so it is not needed later."""
 
     def __post_init__(self):
-        if self.kind not in ("word", "char", "byte", "bpe", "sentencepiece"):
-            raise ConfigError(f"vocab kind {self.kind!r} is unknown", "use word, char, byte, bpe or sentencepiece")
         if self.min_freq < 1 or self.max_size < 0 or self.vocab_size < 1:
             raise ConfigError(f"vocab min_freq={self.min_freq}, max_size={self.max_size}, "
                               f"vocab_size={self.vocab_size} are out of range",
