@@ -1,0 +1,219 @@
+"""Task specs and loaders (genfeat.tasks): published statistics of the real files in GENFEAT_DATA,
+and one clear DataError for each kind of bad record in small files the tests write."""
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from genfeat.data import registry
+from genfeat.data.registry import DatasetSpec, FileSpec, get_dataset
+from genfeat.errors import ConfigError, DataError
+from genfeat.tasks import TASKS, SplitSpec, TaskSpec, get_task, load_task
+from genfeat.tasks.loaders import squad_articles
+
+DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
+needs = {name: pytest.mark.skipif(not (DATA / name).is_dir(), reason=f"needs GENFEAT_DATA with {name}/")
+         for name in ("glue", "squad", "race", "imdb", "ag_news")}
+
+
+@pytest.fixture(autouse=True)
+def _data_root(monkeypatch):
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA))
+
+
+# (task, split, examples, labelled) — GLUE's official sizes (MRPC train: the mirror lacks one row)
+GLUE_SIZES = [("cola", "train", 8551, True), ("cola", "dev", 1043, True), ("cola", "test", 1063, False),
+              ("sst2", "train", 67349, True), ("sst2", "dev", 872, True), ("sst2", "test", 1821, False),
+              ("mrpc", "train", 3667, True), ("mrpc", "dev", 408, True), ("mrpc", "test", 1725, False),
+              ("rte", "train", 2490, True), ("rte", "dev", 277, True), ("rte", "test", 3000, False),
+              ("stsb", "train", 5749, True), ("stsb", "dev", 1500, True), ("stsb", "test", 1379, False),
+              ("wnli", "train", 635, True), ("wnli", "dev", 71, True), ("wnli", "test", 146, False)]
+
+
+@needs["glue"]
+@pytest.mark.parametrize("task,split,size,labelled", GLUE_SIZES)
+def test_glue_split_sizes_and_labels(task, split, size, labelled):
+    spec = get_task(task)
+    examples = load_task(task, split)
+    assert len(examples) == size
+    assert all(len(e.texts) == (1 if spec.transform == "single" else 2) and all(t.strip() for t in e.texts)
+               for e in examples)
+    labels = {e.label for e in examples}
+    if not labelled:
+        assert labels == {None}
+    elif spec.regression:
+        assert min(labels) == 0.0 and max(labels) == 5.0
+    else:
+        assert labels == set(range(spec.n_labels))
+
+
+@needs["glue"]
+def test_glue_fields_are_the_right_columns():
+    first = load_task("rte", "dev")[0]
+    assert first.texts[0].startswith("Dana Reeve, the widow") and first.texts[1] == "Christopher Reeve had an accident."
+    assert first.label == get_task("rte").labels.index("not_entailment")
+    mrpc = load_task("mrpc", "dev")[0]  # the header's BOM is not part of the first column
+    assert mrpc.label == 1 and mrpc.texts[1].startswith('" The foodservice pie business')
+    assert load_task("stsb", "dev")[0].texts == ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.")
+    assert load_task("cola", "test")[0].texts == ("Bill whistled past the house.",)
+    # SST-2 dev: 444 positive and 428 negative sentences
+    assert sum(e.label for e in load_task("sst2", "dev")) == 444
+
+
+@needs["squad"]
+def test_squad_dev_and_its_seeded_article_split():
+    dev = load_task("squad_v1.1", "dev")
+    assert len(dev) == 10570
+    assert all(q.texts[1][s:s + len(t)] == t for q in dev for t, s in q.answers)
+    parts = {split: load_task("squad_split", split) for split in ("train", "dev", "test")}
+    assert [len(parts[s]) for s in ("train", "dev", "test")] == [7703, 1477, 1390]
+    contexts = {s: {e.texts[1] for e in parts[s]} for s in parts}
+    assert not (contexts["train"] & contexts["dev"] or contexts["train"] & contexts["test"]
+                or contexts["dev"] & contexts["test"])
+    assert sorted(e.uid for p in parts.values() for e in p) == sorted(e.uid for e in dev)
+    articles = [squad_articles(48, s) for s in ("train", "dev", "test")]
+    assert [len(a) for a in articles] == [32, 8, 8] and sorted(sum(articles, [])) == list(range(48))
+    assert squad_articles(48, "test", seed=1) != articles[2]  # the seed draws the split
+    assert len(load_task("squad_split", "test", seed=1)) != 1390
+
+
+@needs["race"]
+def test_race_dev_questions_and_passages():
+    examples = load_task("race", "dev")
+    assert len(examples) == 3451 + 1436
+    assert len({e.uid.split("#")[0] for e in examples}) == 1021 + 368
+    assert all(len(e.choices) == 4 and e.label in range(4) for e in examples)
+    assert {e.label for e in examples} == {0, 1, 2, 3}
+
+
+@needs["ag_news"]
+def test_ag_news_test_has_1900_per_class():
+    examples = load_task("ag_news", "test")
+    assert len(examples) == 7600
+    assert [sum(e.label == c for e in examples) for c in range(4)] == [1900] * 4
+    assert examples[0].texts[0].startswith("Fears for T N pension after talks Unions representing")
+
+
+@needs["imdb"]
+def test_imdb_test_reviews():
+    examples = load_task("imdb", "test")
+    assert len(examples) == 25000 and sum(e.label for e in examples) == 12500
+    assert all(e.uid.startswith("aclImdb/test/") for e in examples)
+
+
+def _tar(path: Path, members: dict[str, str]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A dataset 'scratch' whose files are whatever the test writes under tmp_path (no checksum)."""
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    files = {k: FileSpec(f"scratch/{k}", "http://invalid.example/", None) for k in ("tsv", "json", "tar.gz")}
+    monkeypatch.setitem(registry._REGISTRY, "scratch", DatasetSpec("scratch", files))
+    (tmp_path / "scratch").mkdir()
+    return tmp_path / "scratch"
+
+
+def _tsv_task(**kw):
+    return TaskSpec("t", "scratch", "tsv", "pair", {"dev": SplitSpec("tsv", True, [1, 2], 3)}, ["accuracy"],
+                    **({"labels": ["no", "yes"]} | kw))
+
+
+@pytest.mark.parametrize("rows,match", [
+    (["0\ta\tb\tyes", "1\ta\tno"], "line 3 has 3 tab-separated fields, the file's first line has 4"),
+    (["0\ta\tb\tyes", "1\ta\tb\tmaybe"], r"line 3: label 'maybe' is not one of task 't''s labels \['no', 'yes'\]"),
+    (["0\ta\t \tno"], "line 2: the text field in column 2 is empty"),
+])
+def test_bad_tsv_rows_name_file_and_line(scratch, rows, match):
+    (scratch / "tsv").write_text("\n".join(["index\ts1\ts2\tlabel", *rows]) + "\n")
+    with pytest.raises(DataError, match=match) as e:
+        load_task(_tsv_task(), "dev")
+    assert str(scratch / "tsv") in str(e.value)
+
+
+def test_a_score_that_is_not_a_number(scratch):
+    (scratch / "tsv").write_text("i\ta\tb\tscore\n0\tx\ty\t4.5\n1\tx\ty\thigh\n")
+    spec = _tsv_task(labels=[], regression=True)
+    with pytest.raises(DataError, match="line 3: score 'high'"):
+        load_task(spec, "dev")
+    (scratch / "tsv").write_text("i\ta\tb\tscore\n0\tx\ty\t4.5\n")
+    assert load_task(spec, "dev")[0].label == 4.5
+
+
+def _squad(context="The cat sat.", answer=("cat", 4)):
+    qa = {"id": "q1", "question": "Who sat?", "answers": [{"text": answer[0], "answer_start": answer[1]}]}
+    return {"version": "1.1", "data": [{"title": "x", "paragraphs": [{"context": context, "qas": [qa]}]}]}
+
+
+def _squad_task():
+    return TaskSpec("s", "scratch", "squad", "span", {"dev": SplitSpec("json")}, ["exact_match"])
+
+
+def test_bad_squad_records(scratch):
+    path = scratch / "json"
+    path.write_text(json.dumps(_squad()))
+    assert load_task(_squad_task(), "dev")[0].answers == (("cat", 4),)
+    path.write_text(json.dumps(_squad(answer=("cat", 3))))
+    with pytest.raises(DataError, match="article 0 paragraph 0 question q1: answer 'cat' is not at offset 3"):
+        load_task(_squad_task(), "dev")
+    path.write_text(json.dumps(_squad(), indent=1)[:-30])
+    with pytest.raises(DataError, match=r"line \d+ is not valid JSON"):
+        load_task(_squad_task(), "dev")
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}))
+    with pytest.raises(DataError, match="article 0 lacks a SQuAD field.*'context'"):
+        load_task(_squad_task(), "dev")
+
+
+def test_squad_v2_unanswerable_questions(scratch):
+    data = _squad()
+    data["data"][0]["paragraphs"][0]["qas"].append({"id": "q2", "question": "Why?", "answers": [], "is_impossible": True})
+    (scratch / "json").write_text(json.dumps(data))
+    assert [e.answers for e in load_task(_squad_task(), "dev")] == [(("cat", 4),), ()]
+    del data["data"][0]["paragraphs"][0]["qas"][1]["is_impossible"]
+    (scratch / "json").write_text(json.dumps(data))
+    with pytest.raises(DataError, match="question q2 has no answer and is not marked is_impossible"):
+        load_task(_squad_task(), "dev")
+
+
+def test_imdb_reads_only_its_split_and_never_unsup(scratch):
+    _tar(scratch / "tar.gz", {"aclImdb/train/pos/1_9.txt": "good", "aclImdb/train/neg/2_1.txt": "bad",
+                              "aclImdb/train/unsup/3_0.txt": "unlabelled", "aclImdb/test/pos/4_8.txt": "fine"})
+    spec = TaskSpec("i", "scratch", "imdb", "single", {"train": SplitSpec("tar.gz")}, ["accuracy"], ["neg", "pos"])
+    examples = load_task(spec, "train")
+    assert [(e.texts[0], e.label) for e in examples] == [("bad", 0), ("good", 1)]
+
+
+def test_declared_but_absent_datasets_say_where_to_fetch_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    for task, split, url in (("mnli", "train", "MNLI.zip"), ("qnli", "dev", "QNLIv2.zip"), ("qqp", "test", "QQP-clean.zip"),
+                             ("squad_v1.1", "train", "train-v1.1.json"), ("squad_v2.0", "dev", "dev-v2.0.json"),
+                             ("ag_news", "train", "train.csv")):
+        with pytest.raises(DataError, match=f"is missing.*fetch it from .*{url}"):
+            load_task(task, split, download=False)
+    assert get_dataset("squad_v1.1").files["train"].sha1 == "1faea1252438a64f9718412a55036b786cfcc636"
+    with pytest.raises(DataError, match="RACE folder .* is missing"):
+        load_task("race", "dev")
+
+
+def test_task_spec_checks():
+    with pytest.raises(ConfigError, match="at least 2"):
+        TaskSpec("x", "d", "tsv", "single", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["a"])
+    with pytest.raises(ConfigError, match="regression task with a label set"):
+        TaskSpec("x", "d", "tsv", "single", {"dev": SplitSpec("f", True, [0], 1)}, ["pearson"], ["a", "b"], True)
+    with pytest.raises(ConfigError, match="the pair transformation takes 2"):
+        TaskSpec("x", "d", "tsv", "pair", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["a", "b"])
+    with pytest.raises(ConfigError, match="expected one of"):
+        TaskSpec("x", "d", "tsv", "triple", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["a", "b"])
+    with pytest.raises(DataError, match="task 'sst2' has no split 'validation'"):
+        load_task("sst2", "validation")
+    assert {"cola", "sst2", "mrpc", "rte", "stsb", "wnli", "imdb", "race", "squad_split"} <= set(TASKS)
