@@ -3,12 +3,21 @@
 Objectives return ``LossOutput(loss_sum, count, logs)``; averaging per-batch means would weight a
 short last batch like a full one, so every figure here is formed once from a total sum and a total
 count, accumulated in float64 across batches (:class:`Totals`) and ranks (:meth:`Totals.all_reduce`).
+
+Target-task metrics are formed from a whole split's predictions: :func:`task_scores` (accuracy,
+F1, Matthews correlation, Pearson, Spearman; scikit-learn and scipy) and :func:`squad_scores`
+(exact match and token F1 under SQuAD's answer normalisation, the maximum over the gold answers).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import string
+import warnings
+from collections import Counter
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -83,3 +92,70 @@ class Totals:
     def accuracy(self) -> float:
         """correct / count."""
         return accuracy(self.correct, self.count)
+
+
+# ---- target-task metrics (GLUE, SQuAD): from whole-split predictions, not sums ----
+
+_PUNCTUATION = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalisation (Rajpurkar et al. 2016, the official v1.1 evaluation): lower-case,
+    drop ASCII punctuation (``string.punctuation``), drop the articles a, an, the as whole words,
+    and collapse whitespace to single spaces."""
+    text = "".join(c for c in text.lower() if c not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def squad_exact_match(prediction: str, golds: Sequence[str]) -> float:
+    """1.0 when the normalised prediction equals any normalised gold answer, else 0.0."""
+    return max(float(normalize_answer(prediction) == normalize_answer(g)) for g in golds)
+
+
+def _token_f1(prediction: str, gold: str) -> float:
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    common = sum((Counter(pred) & Counter(ref)).values())  # shared tokens, with multiplicity
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_f1(prediction: str, golds: Sequence[str]) -> float:
+    """Token-level F1 of the normalised prediction against the best-matching gold answer."""
+    return max(_token_f1(prediction, g) for g in golds)
+
+
+def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
+    """``exact_match`` and ``squad_f1`` averaged over questions, as fractions (the official script
+    prints them times 100). A question with no gold answer (SQuAD 2.0) scores 1 for an empty
+    prediction and 0 otherwise, as SQuAD 2.0's evaluation does."""
+    _check_count(len(predictions))
+    if len(predictions) != len(golds):
+        raise DataError(f"{len(predictions)} predictions for {len(golds)} questions", "predict every question once")
+    golds = [g if len(g) else [""] for g in golds]
+    em = sum(squad_exact_match(p, g) for p, g in zip(predictions, golds)) / len(golds)
+    f1 = sum(squad_f1(p, g) if any(g) else float(not normalize_answer(p)) for p, g in zip(predictions, golds))
+    return {"exact_match": em, "squad_f1": f1 / len(golds)}
+
+
+def task_scores(metrics: Sequence[str], predictions: Sequence, labels: Sequence) -> dict[str, float]:
+    """The named metrics of whole-split predictions: ``accuracy``, ``f1`` (binary, positive class 1),
+    ``matthews`` (Matthews correlation) with scikit-learn; ``pearson`` and ``spearman`` (regression)
+    with scipy. A metric scipy leaves undefined (constant predictions) is NaN, not an error."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    _check_count(len(labels))
+    if len(predictions) != len(labels):
+        raise DataError(f"{len(predictions)} predictions for {len(labels)} labelled examples",
+                        "predict every example once")
+    scorers = {"accuracy": accuracy_score, "f1": f1_score, "matthews": matthews_corrcoef,
+               "pearson": lambda y, p: pearsonr(y, p)[0], "spearman": lambda y, p: spearmanr(y, p)[0]}
+    unknown = [m for m in metrics if m not in scorers]
+    if unknown:
+        raise DataError(f"unknown task metric(s) {unknown}", f"use {', '.join(scorers)} (SQuAD: squad_scores)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's ConstantInputWarning: the NaN says it
+        return {m: float(scorers[m](list(labels), list(predictions))) for m in metrics}
