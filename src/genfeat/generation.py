@@ -10,6 +10,23 @@ import torch
 from torch import Tensor, nn
 
 
+def check_sampling(context: Tensor, top_k: int, temperature: float) -> None:
+    """Raise ValueError for an empty context, top_k < 1 or a temperature <= 0."""
+    if context.numel() == 0:
+        raise ValueError("generation needs a non-empty context")
+    if top_k < 1 or temperature <= 0:
+        raise ValueError("top_k must be >= 1 and temperature > 0")
+
+
+def sample_top_k(logits: Tensor, top_k: int, temperature: float, generator: torch.Generator | None) -> Tensor:
+    """Draw one token per row among the ``top_k`` largest of ``logits / temperature`` (top_k 1: greedy).
+
+    Shapes: logits (or log-probabilities) [b, V] -> [b, 1] ids.
+    """
+    top, idx = (logits.float() / temperature).topk(min(top_k, logits.shape[-1]), dim=-1)
+    return idx.gather(-1, torch.multinomial(torch.softmax(top, dim=-1), 1, generator=generator))
+
+
 @torch.no_grad()
 def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40, temperature: float = 1.0,
              generator: torch.Generator | None = None, mem_len: int | None = None) -> Tensor:
@@ -27,10 +44,7 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     Returns:
         [length] or [b, length] sampled ids (the context is not repeated).
     """
-    if context.numel() == 0:
-        raise ValueError("generation needs a non-empty context")
-    if top_k < 1 or temperature <= 0:
-        raise ValueError("top_k must be >= 1 and temperature > 0")
+    check_sampling(context, top_k, temperature)
     was_training = model.training
     model.eval()
     squeeze = context.dim() == 1
@@ -49,11 +63,7 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
         for _ in range(length):
             step = model(token, mems=mems, mem_len=mem_len, ext_len=0, return_log_probs=True, cache=cache)
             mems = step.mems
-            logits = step.log_probs[:, -1].float() / temperature  # [b, V]
-            k = min(top_k, logits.shape[-1])
-            top, idx = logits.topk(k, dim=-1)
-            choice = torch.multinomial(torch.softmax(top, dim=-1), 1, generator=generator)
-            token = idx.gather(-1, choice)
+            token = sample_top_k(step.log_probs[:, -1], top_k, temperature, generator)
             out.append(token)
     model.train(was_training)
     result = torch.cat(out, dim=1) if out else ids.new_zeros((ids.shape[0], 0))

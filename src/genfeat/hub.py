@@ -23,18 +23,21 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "transformer_xl": ("genfeat.models.transformer_xl", "TransformerXLConfig", "TransformerXLLMHeadModel"),
     "bert": ("genfeat.models.bert", "BertConfig", "BertForMaskedLM"),
     "xlnet": ("genfeat.models.xlnet", "XLNetConfig", "XLNetLMHeadModel"),
+    "gpt": ("genfeat.models.gpt", "GPTConfig", "GPTLMHeadModel"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {
     "transfo-xl": ("genfeat.interop.hf_transfo_xl", "load_hf_transfo_xl"),
     "bert": ("genfeat.interop.hf_bert", "load_hf_bert"),
     "xlnet": ("genfeat.interop.hf_xlnet", "load_hf_xlnet"),
+    "openai-gpt": ("genfeat.interop.hf_gpt", "load_hf_gpt"),
 }
 # genfeat architecture -> (interop module, function writing a Hugging Face directory)
 HF_SAVERS: dict[str, tuple[str, str]] = {
     "transformer_xl": ("genfeat.interop.hf_transfo_xl", "save_hf_transfo_xl"),
     "bert": ("genfeat.interop.hf_bert", "save_hf_bert"),
     "xlnet": ("genfeat.interop.hf_xlnet", "save_hf_xlnet"),
+    "gpt": ("genfeat.interop.hf_gpt", "save_hf_gpt"),
 }
 VOCAB_FILE = "vocab.json"
 HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model")  # in the order genfeat.data.tokenizers reads them

@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 from ..config import from_dict
 from ..errors import CheckpointError, GenfeatError
 from ..models.bert import BertConfig, BertForMaskedLM
+from . import load_converted
 from .hf_transfo_xl import _read_hf_weights
 
 # (HF config key, genfeat field); the other fields of HF's BertConfig are fixed by the architecture.
@@ -112,16 +113,7 @@ def load_hf_bert(path: str | Path) -> BertForMaskedLM:
             raise CheckpointError(f"Hugging Face weights lack '{absent[0]}'", "the config.json and the weights disagree")
         state[ours] = torch.cat([weights[name] for name in group]) if len(group) > 1 else weights[group[0]]
         used.update(group)
-    unexpected = sorted(set(weights) - used)
-    if unexpected:
-        raise CheckpointError(f"Hugging Face weights hold {unexpected[:4]}, which genfeat's BERT has no place for",
-                              "the config.json and the weights disagree, or the directory is another BERT variant")
-    expected = model.state_dict()
-    for k, v in state.items():
-        if expected[k].shape != v.shape:
-            raise CheckpointError(f"Hugging Face weight for '{k}' has shape {tuple(v.shape)}, expected "
-                                  f"{tuple(expected[k].shape)}", "the config.json and the weights disagree")
-    model.load_state_dict(state)
+    load_converted(model, state, sorted(set(weights) - used), "BERT")
     return model.eval()
 
 

@@ -28,10 +28,14 @@ def _inner(x: Tensor, w1: Tensor, b1: Tensor, p_drop: float, keep: Tensor | None
 
     ReLU runs in place on the product's own buffer (the product's backward does not need it); the
     mask is applied out of place because ReLU's backward reads ReLU's output. GELU (exact, erf
-    form) needs its input for the backward pass, so it runs out of place.
+    form; ``gelu_tanh``: the tanh approximation of GPT-1) needs its input for the backward pass, so
+    it runs out of place.
     """
     inner = F.linear(x, w1, b1)
-    inner = F.relu(inner, inplace=True) if activation == "relu" else F.gelu(inner)
+    if activation == "relu":
+        inner = F.relu(inner, inplace=True)
+    else:
+        inner = F.gelu(inner, approximate="tanh" if activation == "gelu_tanh" else "none")
     if p_drop > 0:
         if keep is None:
             keep = torch.empty_like(inner, dtype=torch.bool).bernoulli_(1.0 - p_drop)
@@ -86,14 +90,14 @@ class PositionwiseFeedForward(nn.Module):
         dropout: dropout on the inner activation.
         recompute: recompute the inner activation in backward instead of storing it (module doc;
             ReLU only).
-        activation: ``relu`` (default) or ``gelu``.
+        activation: ``relu`` (default), ``gelu`` (exact) or ``gelu_tanh`` (tanh approximation).
     """
 
     def __init__(self, d_model: int, d_inner: int, dropout: float, recompute: bool = False,
                  activation: str = "relu"):
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        if activation not in ("relu", "gelu", "gelu_tanh"):
+            raise ValueError(f"activation must be 'relu', 'gelu' or 'gelu_tanh', got {activation!r}")
         if recompute and activation != "relu":
             raise ValueError("recompute=True needs activation 'relu' (its backward pass uses ReLU's derivative)")
         self.activation = activation

@@ -1,0 +1,303 @@
+"""GPT-1 (Radford et al. 2018, "Improving Language Understanding by Generative Pre-Training").
+
+A Transformer decoder: the token embedding and a learned absolute position embedding are summed
+(seed paper Eq. 2: h_0 = U W_e + W_p); each of L post-LN layers is causal self-attention and a
+GELU (tanh approximation) feed-forward block, each followed by dropout, the residual connection
+and a layer norm. The language-model head is the token embedding, transposed (tied, no bias):
+P(u) = softmax(h_L W_e^T). Pretraining maximises L1 (Eq. 1), the causal LM likelihood; fine-tuning
+maximises L3 = L2 + λ·L1 (Eq. 5), for which the model has an optional multiple-choice head (the
+linear layer over the final state of the extract token, Eq. 3, as in ``OpenAIGPTDoubleHeadsModel``).
+
+Special tokens of fine-tuning. The task-aware input transformations (seed paper §3.3, Fig. 1)
+need start, delimiter and extract tokens the pretrained vocabulary does not have. They get ids
+V, V+1, ... after the pretrained vocabulary and their own embedding table (``special_emb``, S
+rows, ``config.n_special``); the pretrained table ``word_emb`` keeps its shape and values, so a
+pretrained checkpoint loads unchanged and the pretrained table can be frozen while the new rows
+train. ``model.add_special_tokens(3)`` appends three rows and returns their ids. Both tables
+together are the model's vocabulary of V + S tokens: inputs may use any of them and the LM head
+scores all of them (the auxiliary LM of fine-tuning also predicts the delimiters).
+
+As in Hugging Face's OpenAI GPT, ``token_type_ids`` (when given) are embedded with the token table
+and added, and the forward pass takes the same named inputs, so ``OpenAIGPTLMHeadModel`` /
+``OpenAIGPTDoubleHeadsModel`` of transformers and these models compare directly
+(genfeat.interop.hf_gpt converts weights both ways). Unlike Hugging Face's, the forward pass
+returns the keys and values of every layer (``use_cache``) and takes them back (``past``), so
+generation feeds one new token per step (:meth:`GPTLMHeadModel.generate`).
+
+Axes: b batch (of sequences; with multiple choice, b·k), k choices, t new tokens, m cached tokens
+(past), d model width, h heads, e head width (d / h), V pretrained vocabulary, S special tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import Config
+from ..generation import check_sampling, sample_top_k
+from ..nn.adaptive import check_ids
+from ..nn.attention import causal_mask
+from ..nn.feedforward import PositionwiseFeedForward
+from .bert import BertSelfAttention
+
+KeyValues = tuple[tuple[Tensor, Tensor], ...]
+"""Per layer, the cached keys and values, each [b, h, m, e]."""
+
+
+@dataclass
+class GPTConfig(Config):
+    """Architecture of a GPT-1 decoder and its heads (Hugging Face OpenAIGPTConfig names in parentheses)."""
+
+    n_token: int = 40478
+    """Pretrained vocabulary size V (vocab_size, less n_special)."""
+    n_special: int = 0
+    """Special tokens S added for fine-tuning, ids V .. V+S-1, in their own table (module doc)."""
+    d_model: int = 768
+    """Model width d (n_embd)."""
+    n_layer: int = 12
+    """Number of layers L (n_layer)."""
+    n_head: int = 12
+    """Attention heads h (n_head); must divide d_model."""
+    d_inner: int = 3072
+    """Feed-forward inner width (Hugging Face fixes it to 4 d_model)."""
+    dropout: float = 0.1
+    """Dropout on each sub-layer's output (resid_pdrop)."""
+    dropemb: float = 0.1
+    """Dropout on the summed embeddings (embd_pdrop)."""
+    dropatt: float = 0.1
+    """Dropout on attention probabilities (attn_pdrop)."""
+    max_position: int = 512
+    """Longest sequence, cached tokens included: rows of the learned position table (n_positions)."""
+    mc_head: bool = False
+    """Add the multiple-choice head: one score per choice from the final state of its extract token."""
+    mc_dropout: float = 0.1
+    """Dropout on the extract token's state before the multiple-choice head (summary_first_dropout)."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation (initializer_range)."""
+    layer_norm_epsilon: float = 1e-5
+    """Layer-norm epsilon (layer_norm_epsilon)."""
+
+    def __post_init__(self):
+        if min(self.n_token, self.d_model, self.n_layer, self.n_head, self.d_inner, self.max_position) < 1:
+            raise ValueError("n_token, d_model, n_layer, n_head, d_inner and max_position must be positive")
+        if self.n_special < 0:
+            raise ValueError(f"n_special must be >= 0, got {self.n_special}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"n_head ({self.n_head}) must divide d_model ({self.d_model})")
+        if not all(0.0 <= p < 1.0 for p in (self.dropout, self.dropemb, self.dropatt, self.mc_dropout)):
+            raise ValueError("dropout, dropemb, dropatt and mc_dropout must be in [0, 1)")
+
+
+@dataclass
+class GPTOutput:
+    hidden: Tensor
+    """[..., t, d] last-layer states (leading axes as the input's)."""
+    logits: Tensor | None = None
+    """[..., t, V + S] next-token logits; None when the LM head was skipped."""
+    mc_logits: Tensor | None = None
+    """[b, k] multiple-choice scores (input [b, k, t]) when the model has the head."""
+    past: KeyValues | None = None
+    """Keys and values of the cached and the new tokens (``use_cache``), to pass back as ``past``."""
+
+
+class GPTSelfAttention(BertSelfAttention):
+    """Causal multi-head attention with a key/value cache: BERT's fused q/k/v and output projections,
+    torch's scaled_dot_product_attention.
+
+    Shapes: h [b, t, d]; keep [b or 1, 1, t, m + t] bool (True = attend) or None, which means causal
+    order alone; past (keys, values) [b, h, m, e] or None -> ([b, t, d], (keys, values) [b, h, m + t, e]).
+    """
+
+    def forward(self, h: Tensor, keep: Tensor | None, past: tuple[Tensor, Tensor] | None
+                ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        b, t, d = h.shape
+        q, k, v = self.qkv(h).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)  # [b, h, t, e]
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        # without a mask: causal order (no cache), or one new token that may see every cached one
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=keep is None and past is None,
+                                             dropout_p=self.dropatt if self.training else 0.0)
+        return self.out(out.transpose(1, 2).reshape(b, t, d)), (k, v)
+
+
+class GPTLayer(nn.Module):
+    """Post-LN decoder layer: h = LN(h + drop(Attn(h))); h = LN(h + drop(FF_gelu(h)))."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.attn = GPTSelfAttention(cfg.d_model, cfg.n_head, cfg.dropatt)
+        self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        # GPT-1 has no dropout on the inner activation; the output dropout is self.drop
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, 0.0, activation="gelu_tanh")
+        self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, h: Tensor, keep: Tensor | None, past: tuple[Tensor, Tensor] | None
+                ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        a, present = self.attn(h, keep, past)
+        h = self.attn_norm(h + self.drop(a))
+        return self.ff_norm(h + self.drop(self.ff(h))), present
+
+
+class GPTLMHeadModel(nn.Module):
+    """GPT-1 with the tied LM head (and the multiple-choice head when ``config.mc_head``).
+
+    ``model(input_ids, attention_mask=None, token_type_ids=None, mc_token_ids=None, past=None, *,
+    use_cache=False, return_logits=True) -> GPTOutput``
+
+    Args:
+        input_ids: [..., t] ids in [0, V + S); with the multiple-choice head [b, k, t], one row per
+            choice. m + t <= max_position.
+        attention_mask: [..., m + t], 1 for tokens to attend to, 0 for padding (default all 1).
+            Pad on the right: a query whose own and earlier tokens are all padding gets NaN.
+        token_type_ids: [..., t] ids embedded with the token table and added (Hugging Face's
+            convention); default none.
+        mc_token_ids: [b, k] position of each choice's extract token (default the last position).
+        past: the ``past`` of an earlier output for the same sequences (m cached tokens); the new
+            tokens take positions m .. m + t - 1.
+        use_cache: return the keys and values (``past``) for the next call.
+        return_logits: False skips the LM head (logits None), e.g. for features.
+    Returns:
+        :class:`GPTOutput`.
+    """
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.word_emb = nn.Embedding(cfg.n_token, cfg.d_model)
+        self.special_emb = nn.Embedding(cfg.n_special, cfg.d_model) if cfg.n_special else None
+        self.pos_emb = nn.Embedding(cfg.max_position, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropemb)
+        self.layers = nn.ModuleList(GPTLayer(cfg) for _ in range(cfg.n_layer))
+        if cfg.mc_head:
+            self.mc_drop = nn.Dropout(cfg.mc_dropout)
+            self.mc_proj = nn.Linear(cfg.d_model, 1)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights, zero biases, unit layer norms (as GPT-1)."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, self.config.init_std)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def add_special_tokens(self, n: int) -> list[int]:
+        """Append ``n`` special-token embeddings (Normal(0, init_std)) after the existing ones; the
+        pretrained table and earlier special rows are kept as they are. Returns the new ids."""
+        if n < 1:
+            raise ValueError(f"add_special_tokens needs n >= 1, got {n}")
+        cfg, old = self.config, self.special_emb
+        ref = self.word_emb.weight
+        new = nn.Embedding(cfg.n_special + n, cfg.d_model, device=ref.device, dtype=ref.dtype)
+        nn.init.normal_(new.weight, 0.0, cfg.init_std)
+        if old is not None:
+            with torch.no_grad():
+                new.weight[:cfg.n_special] = old.weight
+        self.special_emb = new
+        self.config = dataclasses.replace(cfg, n_special=cfg.n_special + n)
+        return list(range(cfg.n_token + cfg.n_special, cfg.n_token + cfg.n_special + n))
+
+    def token_table(self) -> Tensor:
+        """[V + S, d] the embeddings of every token, pretrained and special (the LM head's weight)."""
+        if self.special_emb is None:
+            return self.word_emb.weight
+        return torch.cat([self.word_emb.weight, self.special_emb.weight])
+
+    def _keep(self, t: int, m: int, attention_mask: Tensor | None, device) -> Tensor | None:
+        """[b or 1, 1, t, m + t] attention mask, or None where causal order alone suffices."""
+        if attention_mask is None and (m == 0 or t == 1):
+            return None
+        keep = ~causal_mask(t, m, device)[None, None]
+        if attention_mask is not None:
+            if attention_mask.shape[-1] != m + t:
+                raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} tokens, expected the "
+                                 f"{m} cached and {t} new ones")
+            keep = keep & attention_mask.reshape(-1, m + t).bool()[:, None, None, :]
+        return keep
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                mc_token_ids: Tensor | None = None, past: KeyValues | None = None, *, use_cache: bool = False,
+                return_logits: bool = True) -> GPTOutput:
+        cfg = self.config
+        shape, t = input_ids.shape, input_ids.shape[-1]
+        m = 0 if past is None else past[0][0].shape[2]
+        if m + t > cfg.max_position:
+            raise ValueError(f"input of {m + t} tokens (cached ones included) is longer than the "
+                             f"{cfg.max_position} positions the model has: truncate or split the text")
+        n_vocab = cfg.n_token + cfg.n_special
+        check_ids(input_ids, n_vocab, "input ids")
+        table = self.token_table()
+        h = F.embedding(input_ids.reshape(-1, t), table) + self.pos_emb.weight[m:m + t]  # [b, t, d]
+        if token_type_ids is not None:
+            check_ids(token_type_ids, n_vocab, "token type ids")
+            h = h + F.embedding(token_type_ids.reshape(-1, t), table)
+        h = self.drop(h)
+        keep = self._keep(t, m, attention_mask, h.device)
+        present = []
+        for n, layer in enumerate(self.layers):
+            h, kv = layer(h, keep, None if past is None else past[n])
+            present.append(kv)
+        hidden = h.view(*shape, -1)
+        mc = None
+        if cfg.mc_head:
+            mc = self.mc_logits(hidden, mc_token_ids)
+        return GPTOutput(hidden=hidden, logits=F.linear(hidden, table) if return_logits else None, mc_logits=mc,
+                         past=tuple(present) if use_cache else None)
+
+    def mc_logits(self, hidden: Tensor, mc_token_ids: Tensor | None) -> Tensor:
+        """The multiple-choice head (seed paper Eq. 3 before the softmax over choices): a linear score
+        of each choice's extract-token state.
+
+        Shapes: hidden [b, k, t, d], mc_token_ids [b, k] (default t - 1) -> [b, k].
+        """
+        if hidden.dim() != 4:
+            raise ValueError(f"the multiple-choice head needs input ids [b, k, t], got {hidden.dim() - 1} axes")
+        if mc_token_ids is None:
+            state = hidden[:, :, -1]
+        else:
+            check_ids(mc_token_ids, hidden.shape[2], "mc_token_ids")
+            index = mc_token_ids[..., None, None].expand(-1, -1, 1, hidden.shape[-1])
+            state = hidden.gather(2, index).squeeze(2)  # [b, k, d]
+        return self.mc_proj(self.mc_drop(state)).squeeze(-1)
+
+    @torch.no_grad()
+    def generate(self, context: Tensor, length: int, *, top_k: int = 40, temperature: float = 1.0,
+                 generator: torch.Generator | None = None, use_cache: bool = True) -> Tensor:
+        """Top-k sampling continuing ``context`` (top_k 1: greedy), via genfeat.generation.sample_top_k.
+
+        With ``use_cache`` the context is fed once and each step feeds only the newest token,
+        attending over the cached keys and values (O(t) per step); without, every step recomputes
+        the whole sequence (O(t^2)), which gives the same tokens.
+
+        Args:
+            context: [t] or [b, t] ids (at least one token); t + length <= max_position.
+            length: number of tokens to sample.
+            top_k, temperature, generator: as for genfeat.generation.generate.
+        Returns:
+            [length] or [b, length] sampled ids (the context is not repeated).
+        """
+        check_sampling(context, top_k, temperature)
+        squeeze = context.dim() == 1
+        ids = (context[None] if squeeze else context).to(self.word_emb.weight.device)
+        if ids.shape[1] + length > self.config.max_position:
+            raise ValueError(f"{ids.shape[1]} context and {length} new tokens exceed the model's "
+                             f"{self.config.max_position} positions")
+        was_training = self.training
+        self.eval()
+        seq, feed, past = ids, ids, None
+        for _ in range(length):
+            out = self(feed, past=past, use_cache=use_cache)
+            token = sample_top_k(out.logits[:, -1], top_k, temperature, generator)
+            seq = torch.cat([seq, token], dim=1)
+            feed, past = (token, out.past) if use_cache else (seq, None)
+        self.train(was_training)
+        result = seq[:, ids.shape[1]:]
+        return result[0] if squeeze else result

@@ -1,0 +1,129 @@
+"""GPT-1 (models/gpt.py): shapes, causality, the key/value cache, generation, special tokens."""
+
+import pytest
+import torch
+
+from genfeat.config import from_dict
+from genfeat.errors import ConfigError
+from genfeat.models.gpt import GPTConfig, GPTLMHeadModel
+
+V = 50
+
+
+def model(seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(n_token=V, d_model=32, n_layer=2, n_head=4, d_inner=64, max_position=40, dropout=0.0, dropemb=0.0,
+               dropatt=0.0, init_std=0.2)
+    return GPTLMHeadModel(GPTConfig(**{**cfg, **kw})).eval()
+
+
+def ids(b=2, t=12, seed=1):
+    return torch.randint(0, V, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def test_shapes_backward_and_causality():
+    m = model(dropout=0.1, dropatt=0.1, dropemb=0.1).train()
+    x = ids()
+    out = m(x)
+    assert out.logits.shape == (2, 12, V) and out.hidden.shape == (2, 12, 32) and out.past is None
+    out.logits.logsumexp(-1).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    m.eval()
+    with torch.no_grad():
+        y = x.clone()
+        y[:, 7:] = (y[:, 7:] + 1) % V  # change the future: earlier positions must not see it
+        a, b = m(x).logits, m(y).logits
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert (a[:, 7:] - b[:, 7:]).abs().max() > 1e-3
+
+
+def test_cached_chunks_equal_the_full_pass():
+    m = model()
+    x = ids(t=15)
+    mask = torch.ones_like(x)
+    mask[1, -4:] = 0  # right padding
+    with torch.no_grad():
+        full = m(x, attention_mask=mask).logits
+        first = m(x[:, :6], attention_mask=mask[:, :6], use_cache=True)
+        assert len(first.past) == 2 and first.past[0][0].shape == (2, 4, 6, 8)
+        second = m(x[:, 6:10], attention_mask=mask[:, :10], past=first.past, use_cache=True)  # t > 1 with a cache
+        third = m(x[:, 10:], attention_mask=mask, past=second.past)
+        assert (torch.cat([first.logits, second.logits, third.logits], 1) - full).abs().max() <= 1e-5
+        # one token at a time, no mask
+        plain, past, steps = m(x).logits, None, []
+        for i in range(15):
+            step = m(x[:, i:i + 1], past=past, use_cache=True)
+            past = step.past
+            steps.append(step.logits)
+        assert (torch.cat(steps, 1) - plain).abs().max() <= 1e-5
+
+
+def test_generation_with_the_cache_equals_recomputation():
+    m = model()
+    context = ids(b=2, t=5, seed=3)
+    cached = m.generate(context, 20, top_k=1)
+    recomputed = m.generate(context, 20, top_k=1, use_cache=False)
+    assert cached.shape == (2, 20) and torch.equal(cached, recomputed)
+    # greedy: each token is the arg-max of the full pass over everything before it
+    seq = torch.cat([context, cached], 1)
+    with torch.no_grad():
+        assert torch.equal(m(seq[:, :-1]).logits[:, 4:].argmax(-1), cached)
+    # sampling: the same generator state gives the same tokens either way
+    a = m.generate(context[0], 10, top_k=5, temperature=0.7, generator=torch.Generator().manual_seed(0))
+    b = m.generate(context[0], 10, top_k=5, temperature=0.7, generator=torch.Generator().manual_seed(0),
+                   use_cache=False)
+    assert a.shape == (10,) and torch.equal(a, b)
+    with pytest.raises(ValueError, match="exceed the model's 40 positions"):
+        m.generate(context, 36)
+
+
+def test_special_tokens_get_their_own_table_and_leave_the_pretrained_one_alone():
+    m = model()
+    pretrained = m.word_emb.weight.detach().clone()
+    assert m.add_special_tokens(2) == [V, V + 1]
+    first = m.special_emb.weight.detach().clone()
+    assert m.add_special_tokens(1) == [V + 2]
+    assert m.config.n_special == 3 and torch.equal(m.special_emb.weight[:2], first)
+    # fine-tuning with the pretrained table frozen: only the special rows (and the rest) move
+    m.word_emb.weight.requires_grad_(False)
+    x = torch.tensor([[V, 3, 4, V + 1, 5, V + 2]])
+    opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1)
+    m(x).logits.logsumexp(-1).sum().backward()
+    opt.step()
+    assert torch.equal(m.word_emb.weight, pretrained)
+    assert not torch.equal(m.special_emb.weight[:2], first)
+    assert m(x).logits.shape == (1, 6, V + 3)
+    with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 53\)"):
+        m(torch.tensor([[V + 3]]))
+
+
+def test_multiple_choice_head_scores_each_choice_at_its_extract_token():
+    m = model(mc_head=True)
+    x = ids(b=6, t=9).view(2, 3, 9)
+    extract = torch.tensor([[8, 5, 6], [7, 8, 4]])
+    with torch.no_grad():
+        out = m(x, mc_token_ids=extract)
+        assert out.mc_logits.shape == (2, 3) and out.logits.shape == (2, 3, 9, V)
+        # tokens after a choice's extract token cannot change its score (causal attention)
+        y = x.clone()
+        y[0, 1, 6:] = (y[0, 1, 6:] + 1) % V
+        assert torch.allclose(m(y, mc_token_ids=extract).mc_logits, out.mc_logits, atol=1e-6)
+        expected = m.mc_proj(out.hidden[1, 2, 4]).squeeze(-1)
+        assert torch.allclose(out.mc_logits[1, 2], expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"needs input ids \[b, k, t\]"):
+        m(x[0])
+
+
+def test_bad_config_and_inputs_are_refused():
+    with pytest.raises(ConfigError, match="n_head"):
+        from_dict(GPTConfig, {"d_model": 30, "n_head": 4})
+    with pytest.raises(ConfigError, match="n_special"):
+        from_dict(GPTConfig, {"n_special": -1})
+    m = model()
+    with pytest.raises(ValueError, match="41 tokens .* longer than the 40 positions"):
+        m(ids(t=41))
+    past = m(ids(t=30), use_cache=True).past
+    with pytest.raises(ValueError, match="41 tokens"):
+        m(ids(t=11), past=past)
+    with pytest.raises(ValueError, match="attention_mask covers 5 tokens, expected the 30 cached and 5 new"):
+        m(ids(t=5), attention_mask=torch.ones(2, 5), past=past)

@@ -1,0 +1,140 @@
+"""Parity of genfeat's GPT-1 with Hugging Face OpenAIGPTLMHeadModel / OpenAIGPTDoubleHeadsModel (random weights, fp32)."""
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import OpenAIGPTConfig  # noqa: E402
+from transformers import OpenAIGPTDoubleHeadsModel as HFDoubleHeads  # noqa: E402
+from transformers import OpenAIGPTLMHeadModel as HFLMHead  # noqa: E402
+
+import genfeat  # noqa: E402
+from genfeat.errors import CheckpointError  # noqa: E402
+from genfeat.models.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
+
+V = 97
+
+
+def hf_model(cls=HFLMHead, **kw):
+    cfg = OpenAIGPTConfig(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=24, resid_pdrop=0.0,
+                          embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0, initializer_range=0.2, **kw)
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    with torch.no_grad():  # move away from the init (zero biases, unit norms) so every parameter matters
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def inputs(b=3, t=11, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V, (b, t), generator=g)
+    mask = torch.ones(b, t, dtype=torch.long)
+    mask[1, -3:] = 0  # one sequence padded on the right
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=torch.randint(0, V, (b, t), generator=g))
+
+
+def test_lm_logits_match_hugging_face(tmp_path):
+    hf = hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    assert isinstance(ours, GPTLMHeadModel) and not ours.config.mc_head and ours.config.d_inner == 128
+    x = inputs()
+    with torch.no_grad():
+        expected = hf(**x).logits
+        out = ours(**x)
+        assert out.logits.shape == expected.shape == (3, 11, V)
+        assert (out.logits - expected).abs().max() <= 1e-4
+        # without mask and token types: the plain causal path
+        assert (ours(x["input_ids"]).logits - hf(input_ids=x["input_ids"]).logits).abs().max() <= 1e-4
+
+
+def test_double_heads_match_hugging_face_and_export_loads_back(tmp_path):
+    hf = hf_model(HFDoubleHeads)
+    hf.save_pretrained(tmp_path / "hf")
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    assert ours.config.mc_head
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, V, (2, 3, 9), generator=g)  # 2 questions, 3 choices each
+    extract = torch.randint(4, 9, (2, 3), generator=g)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, mc_token_ids=extract)
+        out = ours(ids, mc_token_ids=extract)
+        assert out.mc_logits.shape == ref.mc_logits.shape == (2, 3)
+        assert (out.logits - ref.logits).abs().max() <= 1e-4
+        assert (out.mc_logits - ref.mc_logits).abs().max() <= 1e-4
+        # default extract position: the last token, as Hugging Face
+        assert (ours(ids).mc_logits - hf(input_ids=ids).mc_logits).abs().max() <= 1e-4
+
+    genfeat.save_pretrained(ours, tmp_path / "back", hf=True)
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == ["OpenAIGPTDoubleHeadsModel"]
+    again = HFDoubleHeads.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        back = again(input_ids=ids, mc_token_ids=extract)
+    assert (back.logits - ref.logits).abs().max() <= 1e-5
+    assert (back.mc_logits - ref.mc_logits).abs().max() <= 1e-5
+
+
+def test_special_tokens_export_as_one_table_and_load_back_split(tmp_path):
+    torch.manual_seed(5)
+    ours = GPTLMHeadModel(GPTConfig(n_token=V, d_model=32, n_layer=2, n_head=4, d_inner=128, max_position=24,
+                                    dropout=0.0, dropemb=0.0, dropatt=0.0, init_std=0.2)).eval()
+    start, delim, extract = ours.add_special_tokens(3)
+    assert (start, delim, extract) == (V, V + 1, V + 2)
+    ids = torch.tensor([[start, 5, 6, delim, 7, 8, extract], [start, 9, delim, 10, 11, 12, extract]])
+    genfeat.save_pretrained(ours, tmp_path / "hf", hf=True)
+    hf = HFLMHead.from_pretrained(tmp_path / "hf").eval()
+    assert hf.config.vocab_size == V + 3
+    with torch.no_grad():
+        expected = ours(ids).logits
+        assert expected.shape == (2, 7, V + 3)
+        assert (hf(input_ids=ids).logits - expected).abs().max() <= 1e-4
+        again = genfeat.from_pretrained(tmp_path / "hf")
+        assert (again.config.n_token, again.config.n_special) == (V, 3)
+        assert torch.equal(again(ids).logits, expected)
+    # and the genfeat checkpoint format round-trips too
+    genfeat.save_pretrained(ours, tmp_path / "ours")
+    again = genfeat.from_pretrained(tmp_path / "ours", architecture="gpt")
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, expected)
+
+
+def test_pytorch_bin_with_tied_copy_loads(tmp_path):
+    hf = hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save(hf.state_dict(), tmp_path / "hf" / "pytorch_model.bin")  # every name, lm_head.weight included
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    x = inputs(seed=7)
+    with torch.no_grad():
+        assert (ours(**x).logits - hf(**x).logits).abs().max() <= 1e-4
+
+
+def test_other_architectures_and_mismatched_weights_are_refused(tmp_path):
+    hf_model(afn="relu").save_pretrained(tmp_path / "relu")
+    with pytest.raises(CheckpointError, match="afn='relu' is not supported"):
+        genfeat.from_pretrained(tmp_path / "relu")
+    hf = hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    untied = {k: v.clone() for k, v in hf.state_dict().items()}
+    untied["lm_head.weight"] += 1.0
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save(untied, tmp_path / "hf" / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="untied head"):
+        genfeat.from_pretrained(tmp_path / "hf")
+    hf.save_pretrained(tmp_path / "hf2")
+    cfg = json.loads((tmp_path / "hf2" / "config.json").read_text())
+    cfg["n_layer"] = 1
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="no place for"):
+        genfeat.from_pretrained(tmp_path / "hf2")
+    cfg["n_layer"], cfg["vocab_size"] = 2, V + 1
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="has shape"):
+        genfeat.from_pretrained(tmp_path / "hf2")
+    wide = GPTLMHeadModel(GPTConfig(n_token=V, d_model=32, n_layer=1, n_head=4, d_inner=96, max_position=8))
+    with pytest.raises(CheckpointError, match="d_inner 96 has no Hugging Face form"):
+        genfeat.save_pretrained(wide, tmp_path / "wide", hf=True)
+    assert not (tmp_path / "wide").exists()
