@@ -3,5 +3,7 @@
 from .catalog import TASKS, get_task
 from .loaders import load_task
 from .spec import Example, SplitSpec, TaskSpec
+from .transforms import TaskEncoder, collate, input_format
 
-__all__ = ["TASKS", "Example", "SplitSpec", "TaskSpec", "get_task", "load_task"]
+__all__ = ["TASKS", "Example", "SplitSpec", "TaskEncoder", "TaskSpec", "collate", "get_task", "input_format",
+           "load_task"]

@@ -1,0 +1,394 @@
+"""Task-aware input transformations (GPT-1, Radford et al. 2018, Fig. 1), one API for every backbone.
+
+A task's example becomes one or more token sequences, each ending (or starting) with a token whose
+final state summarises the sequence for the head:
+
+- ``single``: the text A alone;
+- ``pair`` (entailment): A and B in one sequence, with a delimiter between them;
+- ``similarity``: both orders, A;B and B;A, whose summary states the head adds (no inherent order);
+- ``multiple_choice``: context z, then question q with each answer a_k, one sequence per answer
+  (the head takes a softmax over the k sequences' scores); a RACE cloze question (with ``_``) has the
+  answer put in its blank, as XLNet's and BERT's RACE code do;
+- ``span`` (extraction): question and context, the context cut into windows of at most
+  ``max_len`` tokens that start ``doc_stride`` tokens apart, the answer's character span mapped to
+  the window's token positions (to the summary token when the answer is outside the window) and,
+  for predictions, token positions mapped back to the context's characters.
+
+Each backbone packs one or two segments with its own special tokens (:class:`InputFormat`):
+
+- BERT (:class:`BertFormat`): ``[CLS] A [SEP] B [SEP]``, token types 0 for ``[CLS] A [SEP]`` and 1
+  for ``B [SEP]``, summary ``[CLS]`` at position 0, padding on the right;
+- XLNet (:class:`XLNetFormat`): ``A <sep> B <sep> <cls>``, segment ids 0 (A and its <sep>), 1 (B
+  and its <sep>), 2 for ``<cls>`` and 4 for padding (XLNet's classifier_utils; only equality of
+  segment ids matters to the model), summary ``<cls>`` last, padding on the
+  left so that ``<cls>`` is the last position of every row; for span extraction the context comes first;
+- GPT (:class:`GPTFormat`): ``<start> A <delim> B <extract>`` with three new token ids (the model's
+  ``add_special_tokens``), no token types, summary ``<extract>`` last, padding on the right.
+
+Texts longer than ``max_len`` are cut, longest segment first (BERT's rule), and the encoding says so
+(``truncated``); reading long texts in segments with memory (XLNet, Transformer-XL) is not done here.
+:func:`collate` pads a batch into tensors.
+
+Shapes (collate): b batch, k sequences per example (1 for single, pair and span, 2 for similarity,
+the number of answers for multiple choice), t the longest sequence of the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from ..data.tokenizers import special_ids
+from ..data.vocab import BPEVocab, SentencePieceVocab, Vocab
+from ..errors import ConfigError, DataError
+from .spec import Example, Transform
+
+Offsets = list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One token sequence.
+
+    Attributes:
+        ids: token ids with the format's special tokens.
+        types: token type (segment) ids, same length; None for a format without them (GPT).
+        summary: position of the token whose final state the head reads ([CLS], <cls>, <extract>).
+        starts: position of the first token of each segment.
+    """
+
+    ids: list[int]
+    types: list[int] | None
+    summary: int
+    starts: tuple[int, ...]
+
+
+class InputFormat:
+    """How a backbone packs one or two token segments (see the module docstring)."""
+
+    pad_id: int = 0
+    pad_type: int = 0
+    pad_left: bool = False
+    context_first: bool = False
+    """Span extraction puts the context before the question (XLNet) instead of after it."""
+
+    def n_special(self, n_segments: int) -> int:
+        """Special tokens that :meth:`pack` adds to ``n_segments`` (1 or 2) segments."""
+        return len(self.pack([[]] * n_segments).ids)
+
+    def pack(self, segments: Sequence[list[int]]) -> Packed:
+        raise NotImplementedError
+
+
+@dataclass
+class BertFormat(InputFormat):
+    """``[CLS] A [SEP] (B [SEP])``, token types 0 then 1."""
+
+    cls_id: int
+    sep_id: int
+    pad_id: int = 0
+
+    def pack(self, segments: Sequence[list[int]]) -> Packed:
+        ids, types, starts = [self.cls_id], [0], []
+        for n, seg in enumerate(segments):
+            starts.append(len(ids))
+            ids += [*seg, self.sep_id]
+            types += [n] * (len(seg) + 1)
+        return Packed(ids, types, 0, tuple(starts))
+
+
+@dataclass
+class XLNetFormat(InputFormat):
+    """``A <sep> (B <sep>) <cls>``, segment ids 0, 1, and 2 for <cls>; left padding with segment id 4."""
+
+    cls_id: int
+    sep_id: int
+    pad_id: int = 0
+    pad_type: int = 4
+    pad_left: bool = True
+    context_first: bool = True
+
+    def pack(self, segments: Sequence[list[int]]) -> Packed:
+        ids, types, starts = [], [], []
+        for n, seg in enumerate(segments):
+            starts.append(len(ids))
+            ids += [*seg, self.sep_id]
+            types += [n] * (len(seg) + 1)
+        return Packed([*ids, self.cls_id], [*types, 2], len(ids), tuple(starts))
+
+
+@dataclass
+class GPTFormat(InputFormat):
+    """``<start> A (<delim> B) <extract>`` with new token ids; no token types."""
+
+    start_id: int
+    delim_id: int
+    extract_id: int
+    pad_id: int = 0
+
+    def pack(self, segments: Sequence[list[int]]) -> Packed:
+        ids, starts = [self.start_id], []
+        for n, seg in enumerate(segments):
+            if n:
+                ids.append(self.delim_id)
+            starts.append(len(ids))
+            ids += seg
+        return Packed([*ids, self.extract_id], None, len(ids), tuple(starts))
+
+
+def input_format(backbone: str, vocab: Vocab, gpt_ids: Sequence[int] = ()) -> InputFormat:
+    """The format of ``backbone`` (bert, xlnet, gpt) with the special-token ids of ``vocab``.
+
+    Args:
+        gpt_ids: GPT's <start>, <delim>, <extract> ids (``GPTLMHeadModel.add_special_tokens(3)``).
+
+    Raises:
+        ConfigError: an unknown backbone, or a vocabulary without the tokens the format needs.
+    """
+    if backbone == "gpt":
+        if len(gpt_ids) != 3:
+            raise ConfigError(f"GPT's input format needs 3 new token ids (start, delimiter, extract), got {len(gpt_ids)}",
+                              "pass the ids model.add_special_tokens(3) returns")
+        return GPTFormat(*gpt_ids)
+    if backbone not in ("bert", "xlnet"):
+        raise ConfigError(f"backbone {backbone!r} has no input format", "use bert, xlnet or gpt")
+    special = special_ids(vocab)
+    missing = [role for role in ("cls", "sep", "pad") if role not in special]
+    if missing:
+        raise ConfigError(f"the tokenizer has no {', '.join(missing)} token, which the {backbone} input format needs",
+                          f"use a tokenizer written by 'genfeat tokenizer train --kind "
+                          f"{'wordpiece' if backbone == 'bert' else 'sentencepiece'}'")
+    cls = BertFormat if backbone == "bert" else XLNetFormat
+    return cls(cls_id=special["cls"], sep_id=special["sep"], pad_id=special["pad"])
+
+
+def tokenize_with_offsets(vocab: Vocab, text: str) -> tuple[list[int], Offsets]:
+    """Token ids of ``text`` and each token's character span [start, end) in ``text`` (a
+    ``tokenizers`` tokenizer such as WordPiece, or sentencepiece, whose byte offsets are turned into
+    character offsets and whose word-initial pieces do not count the whitespace before the word, so
+    that an answer's tokens give back the answer, not the space before it)."""
+    if isinstance(vocab, BPEVocab):
+        enc = vocab.tokenizer.encode(text, add_special_tokens=False)
+        return list(enc.ids), [tuple(o) for o in enc.offsets]
+    if isinstance(vocab, SentencePieceVocab):
+        char_at = [i for i, c in enumerate(text) for _ in c.encode("utf-8")] + [len(text)]  # byte -> char
+        pieces = vocab.sp.encode(text, return_type="proto").pieces
+        offsets = []
+        for p in pieces:
+            start, end = char_at[p.begin], char_at[p.end]
+            while start < end and text[start].isspace():  # '▁word' spans the space before the word
+                start += 1
+            offsets.append((start, end))
+        return [p.id for p in pieces], offsets
+    raise ConfigError(f"a {vocab.kind} vocabulary gives no character offsets", "use a wordpiece or sentencepiece tokenizer")
+
+
+@dataclass
+class Encoded:
+    """An example as the sequences of one backbone.
+
+    Attributes:
+        sequences: k packed sequences (see the module docstring).
+        label: class id, float, or None (span: see ``start``/``end``).
+        truncated: a text was cut to fit ``max_len`` (span: the question was cut, or the context
+            spread over several windows).
+        example: index of the example in the list given to :meth:`TaskEncoder.encode_all`.
+        start, end: span windows: the answer's first and last token positions in the sequence
+            (the summary position when the answer lies outside this window, or the question has none).
+        offsets: span windows: per sequence position, the character span in the context of a
+            context token, else None.
+        max_context: span windows: per position, whether this window gives the context token its
+            largest context on both sides among the windows holding it (for choosing predictions).
+    """
+
+    sequences: list[Packed]
+    label: int | float | None = None
+    truncated: bool = False
+    example: int = 0
+    start: int | None = None
+    end: int | None = None
+    offsets: list[tuple[int, int] | None] = field(default_factory=list)
+    max_context: list[bool] = field(default_factory=list)
+
+
+def _fit(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int], bool]:
+    """Cut tokens from the end of the longer of a and b until both fit in ``budget`` (BERT's rule)."""
+    la, lb = len(a), len(b)
+    while la + lb > budget:
+        if la > lb:
+            la -= 1
+        else:
+            lb -= 1
+    return a[:la], b[:lb], (la, lb) != (len(a), len(b))
+
+
+class TaskEncoder:
+    """Turns examples into packed sequences of one format.
+
+    Args:
+        fmt: the backbone's input format.
+        vocab: the tokenizer (``tokenize_with_offsets`` for span tasks, ``encode`` otherwise).
+        max_len: longest sequence, special tokens included.
+        doc_stride: span extraction: tokens between the starts of consecutive windows (default 128).
+        max_query_len: span extraction: longest question in tokens (default 64).
+    """
+
+    def __init__(self, fmt: InputFormat, vocab: Vocab, max_len: int, doc_stride: int = 128, max_query_len: int = 64):
+        if max_len <= fmt.n_special(2) + 1:
+            raise ConfigError(f"max_len {max_len} leaves no room for text beside the {fmt.n_special(2)} special tokens",
+                              "raise max_len")
+        if doc_stride < 1 or max_query_len < 1:
+            raise ConfigError(f"doc_stride {doc_stride} and max_query_len {max_query_len} must be >= 1",
+                              "set both to positive token counts")
+        self.fmt, self.vocab, self.max_len = fmt, vocab, max_len
+        self.doc_stride, self.max_query_len = doc_stride, max_query_len
+
+    def _one(self, a: str, b: str | None = None) -> tuple[Packed, bool]:
+        if b is None:
+            ids = self.vocab.encode(a)
+            budget = self.max_len - self.fmt.n_special(1)
+            return self.fmt.pack([ids[:budget]]), len(ids) > budget
+        ta, tb, cut = _fit(self.vocab.encode(a), self.vocab.encode(b), self.max_len - self.fmt.n_special(2))
+        return self.fmt.pack([ta, tb]), cut
+
+    def encode(self, example: Example, transform: Transform, index: int = 0) -> list[Encoded]:
+        """The encodings of one example: one, except for span extraction (one per window)."""
+        if transform == "span":
+            return self.span(example, index)
+        texts = example.texts
+        if transform == "single":
+            pairs = [(texts[0], None)]
+        elif transform == "pair":
+            pairs = [(texts[0], texts[1])]
+        elif transform == "similarity":
+            pairs = [(texts[0], texts[1]), (texts[1], texts[0])]
+        elif transform == "multiple_choice":
+            context, question = texts
+            pairs = [(context, question.replace("_", answer) if "_" in question else f"{question} {answer}")
+                     for answer in example.choices]
+        else:
+            raise ConfigError(f"unknown input transformation {transform!r}", "use single, pair, similarity, "
+                              "multiple_choice or span")
+        packed = [self._one(a, b) for a, b in pairs]
+        return [Encoded([p for p, _ in packed], example.label, any(cut for _, cut in packed), index)]
+
+    def encode_all(self, examples: Sequence[Example], transform: Transform) -> list[Encoded]:
+        return [e for i, ex in enumerate(examples) for e in self.encode(ex, transform, i)]
+
+    def span(self, example: Example, index: int = 0) -> list[Encoded]:
+        """Windows over the context of a span example (texts = (question, context)); the first gold
+        answer gives ``start``/``end``."""
+        question, context = example.texts
+        query = self.vocab.encode(question)
+        cut_query = len(query) > self.max_query_len
+        query = query[:self.max_query_len]
+        ids, offsets = tokenize_with_offsets(self.vocab, context)
+        budget = self.max_len - len(query) - self.fmt.n_special(2)
+        if budget < 1:
+            raise ConfigError(f"max_len {self.max_len} leaves no room for the context beside a question of "
+                              f"{len(query)} tokens", "raise max_len or lower max_query_len")
+        windows = []  # (first context token, number of tokens)
+        start = 0
+        while True:
+            length = min(budget, len(ids) - start)
+            windows.append((start, length))
+            if start + length >= len(ids):
+                break
+            start += min(length, self.doc_stride)
+        answer = None
+        if example.answers:
+            text, char_start = example.answers[0]
+            answer = char_to_token_span(offsets, char_start, char_start + len(text))
+        out = []
+        for w_start, length in windows:
+            doc = ids[w_start:w_start + length]
+            packed = self.fmt.pack([doc, query] if self.fmt.context_first else [query, doc])
+            first = packed.starts[0 if self.fmt.context_first else 1]
+            where: list[tuple[int, int] | None] = [None] * len(packed.ids)
+            best = [False] * len(packed.ids)
+            for i in range(length):
+                where[first + i] = offsets[w_start + i]
+                best[first + i] = _is_max_context(windows, (w_start, length), w_start + i)
+            s = e = packed.summary
+            if answer is not None and w_start <= answer[0] and answer[1] < w_start + length:
+                s, e = first + answer[0] - w_start, first + answer[1] - w_start
+            out.append(Encoded([packed], None, cut_query or len(windows) > 1, index, s, e, where, best))
+        return out
+
+
+def char_to_token_span(offsets: Offsets, char_start: int, char_end: int) -> tuple[int, int]:
+    """First and last token whose character span overlaps [char_start, char_end).
+
+    Raises:
+        DataError: no token overlaps the span (an answer of only whitespace, or outside the text).
+    """
+    tokens = [i for i, (s, e) in enumerate(offsets) if s < char_end and e > char_start]
+    if not tokens:
+        raise DataError(f"no token covers characters {char_start}..{char_end} of the context",
+                        "check the answer's text and answer_start")
+    return tokens[0], tokens[-1]
+
+
+def token_span_text(context: str, enc: Encoded, start: int, end: int) -> str:
+    """The context text from sequence position ``start`` to ``end`` (inclusive) of a span window;
+    positions outside the context (question, special tokens) give ""."""
+    if not (0 <= start <= end < len(enc.offsets)) or enc.offsets[start] is None or enc.offsets[end] is None:
+        return ""
+    return context[enc.offsets[start][0]:enc.offsets[end][1]]
+
+
+def _is_max_context(windows: list[tuple[int, int]], window: tuple[int, int], token: int) -> bool:
+    """Whether ``window`` has the best score min(left, right context) + 0.01 * length for ``token``
+    among the windows holding it (BERT's run_squad rule; the earlier window wins a tie)."""
+    def score(w):
+        return min(token - w[0], w[0] + w[1] - 1 - token) + 0.01 * w[1]
+
+    holding = [w for w in windows if w[0] <= token < w[0] + w[1]]
+    return max(holding, key=score) == window
+
+
+def collate(batch: Sequence[Encoded], fmt: InputFormat) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest sequence.
+
+    Returns:
+        ``input_ids`` [b, k, t], ``attention_mask`` [b, k, t] (1 token, 0 padding), ``token_type_ids``
+        [b, k, t] (not for GPT), ``summary_index`` [b, k] (position of the summary token after
+        padding), ``labels`` [b] (long, or float for regression) when every item has one; span
+        windows also ``start_positions`` and ``end_positions`` [b] and ``context_mask`` [b, t]
+        (True at context tokens). Padding goes on the format's side (left for XLNet), and every
+        position is shifted with it.
+
+    Raises:
+        DataError: items with different numbers of sequences (e.g. 4 and 5 answers) in one batch.
+    """
+    ks = {len(item.sequences) for item in batch}
+    if len(ks) != 1:
+        raise DataError(f"a batch mixes examples of {sorted(ks)} sequences each",
+                        "give every multiple-choice example the same number of answers")
+    t = max(len(p.ids) for item in batch for p in item.sequences)
+
+    def pad(values: list, fill) -> list:
+        extra = [fill] * (t - len(values))
+        return extra + values if fmt.pad_left else values + extra
+
+    def shift(item: Encoded, pos: int) -> int:
+        return pos + (t - len(item.sequences[0].ids) if fmt.pad_left else 0)
+
+    out = {
+        "input_ids": torch.tensor([[pad(p.ids, fmt.pad_id) for p in item.sequences] for item in batch]),
+        "attention_mask": torch.tensor([[pad([1] * len(p.ids), 0) for p in item.sequences] for item in batch]),
+        "summary_index": torch.tensor([[p.summary + (t - len(p.ids) if fmt.pad_left else 0) for p in item.sequences]
+                                       for item in batch]),
+    }
+    if batch[0].sequences[0].types is not None:
+        out["token_type_ids"] = torch.tensor([[pad(p.types, fmt.pad_type) for p in item.sequences] for item in batch])
+    labels = [item.label for item in batch]
+    if all(label is not None for label in labels):
+        out["labels"] = torch.tensor(labels, dtype=torch.float if isinstance(labels[0], float) else torch.long)
+    if batch[0].start is not None:
+        out["start_positions"] = torch.tensor([shift(item, item.start) for item in batch])
+        out["end_positions"] = torch.tensor([shift(item, item.end) for item in batch])
+        out["context_mask"] = torch.tensor([pad([o is not None for o in item.offsets], False) for item in batch])
+    return out

@@ -1,0 +1,217 @@
+"""GPT-1's task-aware input transformations (genfeat.tasks.transforms) for BERT, XLNet and GPT:
+layouts checked against the Hugging Face tokenizers' own pair templates, both orders for
+similarity, one sequence per answer, longest-first truncation, span windows with a document stride
+whose answer positions map back to the answer text, and padding in collate."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from genfeat.data.tokenizers import TokenizerConfig, special_ids, train_tokenizer
+from genfeat.data.vocab import BPEVocab
+from genfeat.errors import ConfigError, DataError
+from genfeat.tasks import Example
+from genfeat.tasks.transforms import (BertFormat, GPTFormat, TaskEncoder, char_to_token_span, collate,
+                                      input_format, token_span_text, tokenize_with_offsets)
+
+SQUAD = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve() / "squad" / "dev-v1.1.json"
+TEXT = ["The quick brown fox jumps over the lazy dog near the river bank.",
+        "A man with a hard hat is dancing while the crowd watches in silence.",
+        "Officials said the company would report its earnings on Tuesday morning.",
+        "Birds sing in the trees; cats sleep on warm windowsills all afternoon."] * 20
+
+
+@pytest.fixture(scope="module")
+def toks(tmp_path_factory):
+    """A WordPiece and a sentencepiece tokenizer trained on SQuAD contexts (or TEXT without the data)."""
+    root = tmp_path_factory.mktemp("tok")
+    lines = TEXT
+    if SQUAD.is_file():
+        data = json.loads(SQUAD.read_text())["data"]
+        lines = [p["context"] for a in data[:3] for p in a["paragraphs"]] + TEXT
+    (root / "corpus.txt").write_text("\n".join(lines))
+    wp = train_tokenizer(TokenizerConfig("wordpiece", 400), root / "corpus.txt", root / "wp")
+    sp = train_tokenizer(TokenizerConfig("sentencepiece", 300), root / "corpus.txt", root / "sp")
+    return {"wp": wp, "sp": sp, "wp_dir": root / "wp", "sp_dir": root / "sp"}
+
+
+def test_bert_pair_is_hugging_face_bert_template(toks):
+    from transformers import BertTokenizerFast
+
+    hf = BertTokenizerFast.from_pretrained(str(toks["wp_dir"]))
+    enc = TaskEncoder(input_format("bert", toks["wp"]), toks["wp"], 128)
+    a, b = TEXT[0], TEXT[1]
+    (packed,) = enc.encode(Example("x", (a, b), 1), "pair")[0].sequences
+    ref = hf(a, b)
+    assert packed.ids == ref["input_ids"] and packed.types == ref["token_type_ids"]
+    assert packed.summary == 0 and packed.ids[0] == special_ids(toks["wp"])["cls"]
+    (single,) = enc.encode(Example("x", (a,), 0), "single")[0].sequences
+    assert single.ids == hf(a)["input_ids"]
+
+
+def test_xlnet_pair_is_hugging_face_xlnet_template(toks):
+    from transformers import XLNetTokenizer
+
+    hf = XLNetTokenizer(str(toks["sp_dir"] / "spiece.model"))
+    fmt = input_format("xlnet", toks["sp"])
+    enc = TaskEncoder(fmt, toks["sp"], 128)
+    a, b = TEXT[0], TEXT[2]
+    (packed,) = enc.encode(Example("x", (a, b), 1), "pair")[0].sequences
+    ref = hf(a, b)
+    assert packed.ids == ref["input_ids"] and packed.types == ref["token_type_ids"]  # A <sep> B <sep> <cls>
+    assert packed.summary == len(packed.ids) - 1 and packed.ids[-1] == special_ids(toks["sp"])["cls"]
+
+
+def test_gpt_start_delimiter_extract():
+    fmt = GPTFormat(100, 101, 102)
+    p = fmt.pack([[5, 6], [7]])
+    assert p.ids == [100, 5, 6, 101, 7, 102] and p.types is None and p.summary == 5 and p.starts == (1, 4)
+    assert fmt.pack([[5]]).ids == [100, 5, 102] and fmt.n_special(2) == 3
+    with pytest.raises(ConfigError, match="3 new token ids"):
+        input_format("gpt", None, [1, 2])
+
+
+def test_similarity_both_orders_and_multiple_choice_per_answer(toks):
+    vocab = toks["wp"]
+    enc = TaskEncoder(BertFormat(cls_id=2, sep_id=3), vocab, 64)
+    (sim,) = enc.encode(Example("s", ("a cat", "the dog"), 1.5), "similarity")
+    ab, ba = sim.sequences
+    ca, cb = vocab.encode("a cat"), vocab.encode("the dog")
+    assert ab.ids == [2, *ca, 3, *cb, 3] and ba.ids == [2, *cb, 3, *ca, 3] and sim.label == 1.5
+    (mc,) = enc.encode(Example("m", ("the fox ran", "Who _ away?"), 1, ("a cat", "the dog", "birds")),
+                       "multiple_choice")
+    assert len(mc.sequences) == 3 and mc.label == 1
+    ctx = vocab.encode("the fox ran")
+    assert mc.sequences[1].ids == [2, *ctx, 3, *vocab.encode("Who the dog away?"), 3]  # the cloze blank is filled
+    (mc2,) = enc.encode(Example("m", ("the fox ran", "Who ran?"), 0, ("a cat", "birds")), "multiple_choice")
+    assert mc2.sequences[0].ids == [2, *ctx, 3, *vocab.encode("Who ran? a cat"), 3]
+
+
+def test_longest_segment_is_cut_first(toks):
+    vocab = toks["wp"]
+    enc = TaskEncoder(BertFormat(cls_id=2, sep_id=3), vocab, 16)
+    long, short = " ".join(TEXT[:3]), "a dog"
+    (e,) = enc.encode(Example("t", (long, short), 0), "pair")
+    p = e.sequences[0]
+    assert e.truncated and len(p.ids) == 16
+    assert p.ids[p.starts[1]:-1] == vocab.encode(short)           # the short segment is whole
+    assert p.ids[1:p.starts[1] - 1] == vocab.encode(long)[:16 - 3 - len(vocab.encode(short))]
+    (f,) = enc.encode(Example("t", ("a dog", "a cat"), 0), "pair")
+    assert not f.truncated
+
+
+def test_collate_pads_on_the_formats_side(toks):
+    vocab = toks["sp"]
+    fmt = input_format("xlnet", vocab)
+    enc = TaskEncoder(fmt, vocab, 64)
+    items = enc.encode_all([Example("a", (TEXT[0], TEXT[1]), 0), Example("b", ("a dog", "a cat"), 1)], "pair")
+    batch = collate(items, fmt)
+    b, k, t = batch["input_ids"].shape
+    assert (b, k) == (2, 1) and t == len(items[0].sequences[0].ids)
+    n = len(items[1].sequences[0].ids)
+    assert batch["attention_mask"][1, 0].tolist() == [0] * (t - n) + [1] * n  # left padding
+    assert batch["summary_index"].tolist() == [[t - 1], [t - 1]]
+    assert (batch["input_ids"].gather(2, batch["summary_index"][..., None]) == fmt.cls_id).all()
+    assert batch["token_type_ids"][1, 0, :t - n].eq(4).all() and batch["labels"].tolist() == [0, 1]
+    bert = BertFormat(cls_id=2, sep_id=3)
+    right = collate(TaskEncoder(bert, vocab, 64).encode_all([Example("a", (TEXT[0],), 0), Example("b", ("dog",), 1)],
+                                                            "single"), bert)
+    assert right["attention_mask"][1, 0, 0] == 1 and right["attention_mask"][1, 0, -1] == 0
+    assert right["summary_index"].tolist() == [[0], [0]]
+    gpt = GPTFormat(300, 301, 302)
+    g = collate(TaskEncoder(gpt, vocab, 64).encode_all([Example("s", ("a", "b"), 0.5)], "similarity"), gpt)
+    assert "token_type_ids" not in g and g["input_ids"].shape[:2] == (1, 2) and g["labels"].dtype == torch.float
+    with pytest.raises(DataError, match=r"mixes examples of \[2, 3\] sequences"):
+        mc = TaskEncoder(bert, vocab, 64)
+        collate([*mc.encode(Example("a", ("x", "q"), 0, ("a", "b")), "multiple_choice"),
+                 *mc.encode(Example("b", ("x", "q"), 0, ("a", "b", "c")), "multiple_choice")], bert)
+
+
+def _squad_examples(n):
+    data = json.loads(SQUAD.read_text())["data"]
+    out = []
+    for a in data[:3]:
+        for p in a["paragraphs"]:
+            for qa in p["qas"]:
+                answers = tuple((x["text"], x["answer_start"]) for x in qa["answers"])
+                out.append(Example(qa["id"], (qa["question"], p["context"]), answers=answers))
+    return out[:n]
+
+
+@pytest.mark.skipif(not SQUAD.is_file(), reason="needs GENFEAT_DATA with squad/dev-v1.1.json")
+@pytest.mark.parametrize("backbone", ["bert", "xlnet"])
+def test_span_windows_map_answers_to_tokens_and_back(toks, backbone):
+    vocab = toks["wp" if backbone == "bert" else "sp"]
+    fmt = input_format(backbone, vocab)
+    enc = TaskEncoder(fmt, vocab, max_len=64, doc_stride=24, max_query_len=16)
+    examples = _squad_examples(300)
+    exact = answered = 0
+    for i, ex in enumerate(examples):
+        question, context = ex.texts
+        windows = enc.span(ex, i)
+        ids, offsets = tokenize_with_offsets(vocab, context)
+        budget = 64 - 3 - min(len(vocab.encode(question)), 16)
+        assert (len(windows) > 1) == (len(ids) > budget)
+        # each window holds a contiguous run of the context's tokens, the runs start doc_stride apart
+        # and cover the context; every token is 'max context' in exactly one window
+        # (offsets are not unique: sentencepiece's NFKC turns '½' into three pieces of one character)
+        best = [0] * len(ids)
+        starts = list(range(0, 24 * len(windows), 24))
+        for first, w in zip(starts, windows):
+            assert len(w.sequences[0].ids) <= 64
+            pos = [p for p, o in enumerate(w.offsets) if o is not None]
+            assert len(pos) == min(budget, len(ids) - first)
+            assert [w.sequences[0].ids[p] for p in pos] == ids[first:first + len(pos)]
+            assert [w.offsets[p] for p in pos] == offsets[first:first + len(pos)]
+            for j, p in enumerate(pos):
+                best[first + j] += w.max_context[p]
+        assert first + len(pos) == len(ids) and best == [1] * len(ids)
+        text, start = ex.answers[0]
+        s, e = char_to_token_span(offsets, start, start + len(text))
+        holding = [w for w in windows if w.start != w.sequences[0].summary]
+        # windows of `budget` tokens starting 24 apart hold every run of budget - 23 tokens whole
+        assert bool(holding) == any(f <= s and e < f + budget for f in starts)
+        assert holding or e - s + 1 > budget - 23
+        for w in windows:
+            if w in holding:
+                got = token_span_text(context, w, w.start, w.end)
+                assert text.strip() in got  # the tokens cover the answer; whole tokens may add a little
+                exact += got == text
+                answered += 1
+                assert w.sequences[0].ids[w.start] == ids[s] and w.sequences[0].ids[w.end] == ids[e]
+            else:
+                assert w.start == w.end == w.sequences[0].summary
+        batch = collate(windows, fmt)  # positions survive the padding (left for XLNet)
+        for j, w in enumerate(windows):
+            row = batch["input_ids"][j, 0]
+            assert row[batch["start_positions"][j]] == w.sequences[0].ids[w.start]
+            assert batch["context_mask"][j].sum() == sum(o is not None for o in w.offsets)
+    print(f"{backbone}: {exact} of {answered} answer windows give the answer text exactly")
+    assert exact >= 0.98 * answered, (exact, answered)  # 468/468 (WordPiece) and 470/470 (sentencepiece) here
+
+
+def test_offsets_of_both_tokenizers_point_at_the_text(toks):
+    text = "Café  owners said: the fox's den (near 1,066 trees)."
+    for vocab in (toks["wp"], toks["sp"]):
+        ids, offsets = tokenize_with_offsets(vocab, text)
+        assert len(ids) == len(offsets) and all(0 <= s <= e <= len(text) for s, e in offsets)
+        assert [s for s, e in offsets] == sorted(s for s, e in offsets)
+        s, e = char_to_token_span(offsets, text.index("fox"), text.index("fox") + 3)
+        assert "fox" in text[offsets[s][0]:offsets[e][1]]
+    with pytest.raises(DataError, match="no token covers characters"):
+        char_to_token_span(tokenize_with_offsets(toks["wp"], "a  b")[1], 1, 2)
+
+
+def test_bad_encoder_settings(toks):
+    with pytest.raises(ConfigError, match="max_len 4 leaves no room"):
+        TaskEncoder(BertFormat(cls_id=2, sep_id=3), toks["wp"], 4)
+    with pytest.raises(ConfigError, match="leaves no room for the context"):
+        TaskEncoder(BertFormat(cls_id=2, sep_id=3), toks["wp"], 12, max_query_len=64).span(
+            Example("q", (" ".join(TEXT), "a b"), answers=(("a", 0),)))
+    with pytest.raises(ConfigError, match="the tokenizer has no cls, sep, pad token"):
+        input_format("bert", BPEVocab.train(TEXT, 300))  # byte-level BPE: no [CLS], [SEP], [PAD]
+    with pytest.raises(ConfigError, match="has no input format"):
+        input_format("lstm", toks["wp"])
