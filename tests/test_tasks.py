@@ -88,6 +88,14 @@ def test_race_dev_questions_and_passages():
     assert len({e.uid.split("#")[0] for e in examples}) == 1021 + 368
     assert all(len(e.choices) == 4 and e.label in range(4) for e in examples)
     assert {e.label for e in examples} == {0, 1, 2, 3}
+    assert examples[0].uid == "dev/high/10024.txt#0"
+
+
+@needs["race"]
+def test_race_train_from_the_tar_xz():
+    examples = load_task("race", "train")  # about 10 s: the 14.6 MB xz archive is read whole
+    assert len(examples) == 62445 + 25421
+    assert len({e.uid.split("#")[0] for e in examples}) == 18728 + 6409 - 2  # two passages have no questions
 
 
 @needs["ag_news"]
@@ -217,3 +225,25 @@ def test_task_spec_checks():
     with pytest.raises(DataError, match="task 'sst2' has no split 'validation'"):
         load_task("sst2", "validation")
     assert {"cola", "sst2", "mrpc", "rte", "stsb", "wnli", "imdb", "race", "squad_split"} <= set(TASKS)
+
+
+def test_bad_race_passages(tmp_path, monkeypatch):
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    folder = tmp_path / "race" / "RACE" / "dev" / "high"
+    folder.mkdir(parents=True)
+    passage = {"id": "high1.txt", "article": "A text.", "questions": ["Why _?"], "options": [["a", "b", "c", "d"]],
+               "answers": ["C"]}
+    (folder / "1.txt").write_text(json.dumps(passage))
+    (example,) = load_task("race", "dev")
+    assert example.label == 2 and example.choices == ("a", "b", "c", "d") and example.uid == "dev/high/1.txt#0"
+    for change, match in (({"answers": ["E"]}, r"question 0: label 'E' is not one of"),
+                          ({"options": [["a", "b", "c"]]}, "question 0 has 3 options, expected 4"),
+                          ({"answers": []}, "has 1 questions, 1 option lists and 0 answers"),
+                          ({"article": " "}, "the article is empty")):
+        (folder / "1.txt").write_text(json.dumps(passage | change))
+        with pytest.raises(DataError, match=match) as e:
+            load_task("race", "dev")
+        assert str(folder / "1.txt") in str(e.value)
+    (folder / "1.txt").write_text("{not json")
+    with pytest.raises(DataError, match="is not a RACE passage"):
+        load_task("race", "dev")

@@ -94,7 +94,7 @@ register(DatasetSpec("ag_news", {
 
 
 def _glue(name: str, dataset: str, transform: str, cols: list[int], label: int | None, metrics: list[str],
-          labels: list[str] = (), regression: bool = False, test_cols: list[int] | None = None,
+          labels: tuple[str, ...] = (), regression: bool = False, test_cols: list[int] | None = None,
           header: bool = True, dev: tuple[str, ...] = ("dev",), tests: tuple[str, ...] = ("test",)) -> TaskSpec:
     splits = {"train": SplitSpec("train", header, cols, label)}
     splits.update({split: SplitSpec(split, header, cols, label) for split in dev})

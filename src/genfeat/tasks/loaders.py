@@ -129,7 +129,7 @@ def _read_imdb(spec: TaskSpec, split: str, path: Path) -> list[Example]:
     return sorted(examples, key=lambda e: e.uid)
 
 
-def _race_passage(spec: TaskSpec, raw: bytes, where: str) -> list[Example]:
+def _race_passage(spec: TaskSpec, raw: bytes, where: str, uid: str) -> list[Example]:
     try:
         obj = json.loads(raw.decode("utf-8"))
         article, questions, options, answers = obj["article"], obj["questions"], obj["options"], obj["answers"]
@@ -147,25 +147,27 @@ def _race_passage(spec: TaskSpec, raw: bytes, where: str) -> list[Example]:
                             "give every question four options")
         for o in opts:
             _text(o, f"{where} question {i}", "option")
-        out.append(Example(f"{where.split()[-1]}#{i}", (article, q), _label(spec, a, f"{where} question {i}"),
+        out.append(Example(f"{uid}#{i}", (article, q), _label(spec, a, f"{where} question {i}"),
                            tuple(opts)))
     return out
 
 
 def _read_race(spec: TaskSpec, split: str, download: bool) -> list[Example]:
-    """RACE passages of ``split`` (high and middle): the folder race/RACE/<split>/ when present (the
-    official layout), else for train the registry's tar.xz repack; sorted by level and file name."""
+    """RACE questions of ``split`` (high and middle): the folder race/RACE/<split>/ when present (the
+    official layout), else for train the registry's tar.xz repack; sorted by level and file name.
+    The uid is ``<split>/<level>/<file>#<question>``; a passage with no questions gives no example
+    (two train passages, high/15946 and high/16528)."""
     folder = data_root() / "race" / "RACE" / split
     examples = []
     if folder.is_dir():
         for path in sorted(folder.glob("*/*.txt")):
-            examples += _race_passage(spec, path.read_bytes(), f"'{path.parent.name}/{path.name}' ({path})")
+            examples += _race_passage(spec, path.read_bytes(), f"'{path}'", f"{split}/{path.parent.name}/{path.name}")
     elif split == "train":
         path = resolve(spec.dataset, "train", download=download)
         with tarfile.open(path, "r:xz") as tar:
             for member in sorted((m for m in tar if m.isfile() and m.name.endswith(".txt")), key=lambda m: m.name):
-                examples += _race_passage(spec, tar.extractfile(member).read(),
-                                          f"'{path}' member {member.name}")
+                examples += _race_passage(spec, tar.extractfile(member).read(), f"'{path}' member {member.name}",
+                                          "/".join(member.name.split("/")[-3:]))
     else:
         raise DataError(f"RACE folder '{folder}' is missing (data directory '{data_root()}', set by GENFEAT_DATA)",
                         "unpack RACE.tar.gz from http://www.cs.cmu.edu/~glai1/data/race/ so that RACE/dev and "
