@@ -72,8 +72,13 @@ def test_recipe_trains_saves_and_the_checkpoint_loads(tmp_path):
     model, vocab = load_checkpoint(tmp_path / "run" / "final", architecture="bert")
     assert model.config.n_token == len(vocab) == 60 and model.config.nsp
     assert (tmp_path / "run" / "tokenizer" / "vocab.txt").is_file()
-    genfeat.save_pretrained(model, tmp_path / "hf", vocab, hf=True)  # exports to Hugging Face
+    genfeat.save_pretrained(model, tmp_path / "hf", vocab, hf=True)  # exports to Hugging Face, tokenizer too
     assert (tmp_path / "hf" / "model.safetensors").is_file()
+    transformers = pytest.importorskip("transformers")
+    text = "the classifier learns quickly"
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert hf_tok(text, add_special_tokens=False).input_ids == vocab.encode(text)
+    assert type(hf_tok).__name__ == "BertTokenizerFast"
 
 
 def test_resume_continues_exactly(tmp_path):

@@ -116,7 +116,10 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
         with atomic_dir(path) as tmp:
             getattr(importlib.import_module(module), fn)(model, tmp)
             if vocab is not None:
+                from .data.tokenizers import save_hf_tokenizer
+
                 vocab.save(tmp / VOCAB_FILE)
+                save_hf_tokenizer(vocab, tmp)
         return path
     return save_checkpoint(path, model, None, checkpoint_config(model),
                            (lambda d: vocab.save(d / VOCAB_FILE)) if vocab is not None else None)

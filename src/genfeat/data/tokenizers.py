@@ -121,7 +121,7 @@ def _wordpiece_pipeline(tok, lowercase: bool):
     return tok
 
 
-def _train_wordpiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> BPEVocab:
+def _train_wordpiece(lines: list[str], cfg: TokenizerConfig) -> BPEVocab:
     from tokenizers import Tokenizer, models, trainers
 
     sp = SPECIALS["wordpiece"]
@@ -139,11 +139,7 @@ def _train_wordpiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> BPEVo
     # the rest sorted, make the ids a function of the set of pieces (WordPiece matches by text).
     specials = list(sp.values())
     tokens = specials + sorted(set(tok.get_vocab()) - set(specials))
-    tok = _wordpiece_from_tokens(tokens, cfg.lowercase)
-    tok.save(str(out / "tokenizer.json"))
-    (out / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
-    _write_config(out, "BertTokenizer", cfg.lowercase, "wordpiece")
-    return BPEVocab(tok)
+    return BPEVocab(_wordpiece_from_tokens(tokens, cfg.lowercase))
 
 
 def _wordpiece_from_tokens(tokens: list[str], lowercase: bool):
@@ -158,7 +154,7 @@ def _wordpiece_from_tokens(tokens: list[str], lowercase: bool):
     return _wordpiece_pipeline(Tokenizer(models.WordPiece(vocab, unk_token=SPECIALS["wordpiece"]["unk"])), lowercase)
 
 
-def _train_sentencepiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> SentencePieceVocab:
+def _train_sentencepiece(lines: list[str], cfg: TokenizerConfig) -> SentencePieceVocab:
     import io
 
     import sentencepiece as spm
@@ -177,9 +173,29 @@ def _train_sentencepiece(lines: list[str], cfg: TokenizerConfig, out: Path) -> S
                             "or a larger corpus") from None
         raise DataError(f"sentencepiece cannot train on this corpus ({str(e).strip().splitlines()[-1]})",
                         "check --vocab-size against the corpus") from None
-    (out / "spiece.model").write_bytes(buf.getvalue())
-    _write_config(out, "XLNetTokenizer", cfg.lowercase, "sentencepiece")
     return SentencePieceVocab(buf.getvalue())
+
+
+def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
+    """Write ``vocab`` as the Hugging Face files of its kind into the folder ``out`` (beside an exported model).
+
+    A WordPiece tokenizer gives tokenizer.json, vocab.txt and tokenizer_config.json (BertTokenizer,
+    ``do_lower_case`` read from its normaliser); another ``tokenizers`` tokenizer its tokenizer.json;
+    a sentencepiece model spiece.model and tokenizer_config.json (XLNetTokenizer; any lower-casing is
+    inside the model's normaliser). Word, character and byte vocabularies have no such files: nothing
+    is written for them.
+    """
+    out = Path(out)
+    if isinstance(vocab, SentencePieceVocab):
+        (out / "spiece.model").write_bytes(vocab.proto)
+        _write_config(out, "XLNetTokenizer", False, "sentencepiece")
+    elif isinstance(vocab, BPEVocab):
+        vocab.tokenizer.save(str(out / "tokenizer.json"))
+        spec = json.loads(vocab.tokenizer.to_str())
+        if spec["model"]["type"] == "WordPiece":
+            tokens = [vocab.tokenizer.id_to_token(i) for i in range(len(vocab))]
+            (out / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+            _write_config(out, "BertTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "wordpiece")
 
 
 def _write_config(out: Path, cls: str, lowercase: bool, kind: str) -> None:
@@ -205,9 +221,10 @@ def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -
     if out.exists() and (not out.is_dir() or any(p.name not in known for p in out.iterdir())):
         raise ConfigError(f"--out '{out}' is a file or a folder holding other files, which writing the tokenizer "
                           "there would delete", "pass a new folder, or a tokenizer folder to replace")
-    lines = _checked_lines(corpus)
+    vocab = (_train_wordpiece if cfg.kind == "wordpiece" else _train_sentencepiece)(_checked_lines(corpus), cfg)
     with atomic_dir(out) as tmp:
-        return (_train_wordpiece if cfg.kind == "wordpiece" else _train_sentencepiece)(lines, cfg, tmp)
+        save_hf_tokenizer(vocab, tmp)
+    return vocab
 
 
 def load_tokenizer(path: str | Path) -> Vocab:
