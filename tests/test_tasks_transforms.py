@@ -215,3 +215,47 @@ def test_bad_encoder_settings(toks):
         input_format("bert", BPEVocab.train(TEXT, 300))  # byte-level BPE: no [CLS], [SEP], [PAD]
     with pytest.raises(ConfigError, match="has no input format"):
         input_format("lstm", toks["wp"])
+
+
+@pytest.mark.parametrize("backbone", ["bert", "xlnet", "gpt"])
+def test_padding_leaves_the_summary_state_unchanged(toks, backbone):
+    """Each backbone run on a padded batch gives every sequence the summary-token state it has
+    alone (left padding for XLNet, whose <cls> is last; right padding for BERT and GPT)."""
+    from genfeat.models.bert import BertConfig, BertModel
+    from genfeat.models.gpt import GPTConfig, GPTLMHeadModel
+    from genfeat.models.xlnet import XLNetConfig, XLNetLMHeadModel
+
+    torch.manual_seed(0)
+    vocab = toks["wp" if backbone == "bert" else "sp"]
+    if backbone == "bert":
+        model = BertModel(BertConfig(n_token=len(vocab), d_model=16, n_layer=2, n_head=2, d_inner=32, max_position=64))
+        fmt = input_format("bert", vocab)
+        run = lambda b: model(b["input_ids"], b["token_type_ids"], b["attention_mask"])  # noqa: E731
+    elif backbone == "xlnet":
+        model = XLNetLMHeadModel(XLNetConfig(n_token=len(vocab), d_model=16, n_layer=2, n_head=2, d_head=8,
+                                             d_inner=32))
+        fmt = input_format("xlnet", vocab)
+        run = lambda b: model(b["input_ids"], token_type_ids=b["token_type_ids"],  # noqa: E731
+                              attention_mask=b["attention_mask"]).hidden
+    else:
+        model = GPTLMHeadModel(GPTConfig(n_token=len(vocab), d_model=16, n_layer=2, n_head=2, d_inner=32,
+                                         max_position=64))
+        fmt = input_format("gpt", vocab, model.add_special_tokens(3))
+        run = lambda b: model(b["input_ids"], attention_mask=b["attention_mask"]).hidden  # noqa: E731
+    model.eval()
+    enc = TaskEncoder(fmt, vocab, 48)
+    examples = [Example("a", (TEXT[0], TEXT[1]), 0), Example("b", ("a dog", "a cat"), 1),
+                Example("c", (TEXT[2], "birds"), 1)]
+
+    def summaries(items):
+        batch = collate(items, fmt)
+        flat = {k: v.flatten(0, 1) for k, v in batch.items() if v.dim() == 3}
+        h = run(flat)                                               # [b * k, t, d]
+        return h[torch.arange(h.shape[0]), batch["summary_index"].flatten()]
+
+    items = enc.encode_all(examples, "similarity")
+    with torch.no_grad():
+        together = summaries(items)
+        alone = torch.cat([summaries([item]) for item in items])
+    assert together.shape == (6, 16)
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
