@@ -14,7 +14,7 @@ from genfeat.data.tokenizers import TokenizerConfig, special_ids, train_tokenize
 from genfeat.data.vocab import BPEVocab
 from genfeat.errors import ConfigError, DataError
 from genfeat.tasks import Example
-from genfeat.tasks.transforms import (BertFormat, GPTFormat, TaskEncoder, char_to_token_span, collate,
+from genfeat.tasks.transforms import (BertFormat, GPTFormat, TaskEncoder, best_span, char_to_token_span, collate,
                                       input_format, token_span_text, tokenize_with_offsets)
 
 SQUAD = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve() / "squad" / "dev-v1.1.json"
@@ -259,3 +259,32 @@ def test_padding_leaves_the_summary_state_unchanged(toks, backbone):
         alone = torch.cat([summaries([item]) for item in items])
     assert together.shape == (6, 16)
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backbone", ["bert", "xlnet"])
+def test_best_span_reads_the_answer_back_from_padded_logits(toks, backbone):
+    vocab = toks["wp" if backbone == "bert" else "sp"]
+    fmt = input_format(backbone, vocab)
+    enc = TaskEncoder(fmt, vocab, max_len=40, doc_stride=8, max_query_len=8)
+    context = " ".join(TEXT[:4])
+    answer = "the lazy dog"
+    ex = Example("q", ("Who sleeps?", context), answers=((answer, context.index(answer)),))
+    windows = enc.span(ex)
+    batch = collate(windows, fmt)
+    assert len(windows) > 2
+    # logits that point at the gold positions of every window holding the answer
+    start = torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[2])
+    end = start.clone()
+    start[torch.arange(len(windows)), batch["start_positions"]] = 5.0
+    end[torch.arange(len(windows)), batch["end_positions"]] = 5.0
+    assert best_span(context, windows, start, end, fmt) == answer
+    # the summary token, the question and spans longer than max_answer_len never win
+    summary = batch["summary_index"][:, 0]
+    start2, end2 = start.clone(), end.clone()
+    start2[torch.arange(len(windows)), summary] = 50.0
+    end2[torch.arange(len(windows)), summary] = 50.0
+    assert best_span(context, windows, start2, end2, fmt) == answer
+    assert best_span(context, windows, start, end, fmt, max_answer_len=1) != answer
+    # an end before the start is not a span
+    backwards = best_span(context, windows, end, start, fmt)
+    assert backwards != answer

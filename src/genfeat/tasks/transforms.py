@@ -392,3 +392,35 @@ def collate(batch: Sequence[Encoded], fmt: InputFormat) -> dict[str, torch.Tenso
         out["end_positions"] = torch.tensor([shift(item, item.end) for item in batch])
         out["context_mask"] = torch.tensor([pad([o is not None for o in item.offsets], False) for item in batch])
     return out
+
+
+def best_span(context: str, windows: Sequence[Encoded], start_logits: torch.Tensor, end_logits: torch.Tensor,
+              fmt: InputFormat, max_answer_len: int = 30) -> str:
+    """The answer text of the highest-scoring span over all windows of one example (BERT's run_squad
+    rule): start s and end e are context tokens of one window, s <= e < s + ``max_answer_len``, the
+    window gives s its maximum context, and the score is start_logits[s] + end_logits[e].
+
+    Args:
+        windows: the example's span windows (:meth:`TaskEncoder.span`).
+        start_logits, end_logits: [w, t] scores per window and position of the windows as
+            :func:`collate` padded them (with ``fmt``'s padding side).
+        max_answer_len: longest answer in tokens (default 30).
+
+    Returns:
+        The context text of the best span, "" when no window has a valid span.
+    """
+    best, text = -float("inf"), ""
+    for enc, start, end in zip(windows, start_logits, end_logits):
+        n = len(enc.offsets)
+        if fmt.pad_left:
+            start, end = start[start.shape[0] - n:], end[end.shape[0] - n:]
+        in_context = torch.tensor([o is not None for o in enc.offsets])
+        first = in_context & torch.tensor(enc.max_context)
+        pos = torch.arange(n)
+        valid = (first[:, None] & in_context[None, :] & (pos[None, :] >= pos[:, None])
+                 & (pos[None, :] < pos[:, None] + max_answer_len))                 # [n, n]: (s, e)
+        scores = (start[:n, None] + end[None, :n]).float().masked_fill(~valid, -float("inf"))
+        top = int(scores.argmax())
+        if scores.flatten()[top] > best:
+            best, text = float(scores.flatten()[top]), token_span_text(context, enc, top // n, top % n)
+    return text
