@@ -149,6 +149,13 @@ def test_bad_tsv_rows_name_file_and_line(scratch, rows, match):
     assert str(scratch / "tsv") in str(e.value)
 
 
+def test_a_spec_reading_columns_the_file_lacks(scratch):
+    (scratch / "tsv").write_text("index\ts1\ts2\tlabel\n0\ta\tb\tyes\n")
+    spec = TaskSpec("t", "scratch", "tsv", "pair", {"dev": SplitSpec("tsv", True, [1, 4], 3)}, ["accuracy"], ["no", "yes"])
+    with pytest.raises(DataError, match=r"task 't' split 'dev' reads column\(s\) \[4\] of .* first line has 4 fields"):
+        load_task(spec, "dev")
+
+
 def test_a_score_that_is_not_a_number(scratch):
     (scratch / "tsv").write_text("i\ta\tb\tscore\n0\tx\ty\t4.5\n1\tx\ty\thigh\n")
     spec = _tsv_task(labels=[], regression=True)

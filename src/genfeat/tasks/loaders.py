@@ -86,6 +86,11 @@ def _read_delimited(spec: TaskSpec, split: str, path: Path) -> list[Example]:
                 where = f"'{path}' line {rows.line_num}"
                 if width is None:
                     width = len(row)
+                    outside = [c for c in [*s.text_columns, s.label_column] if c is not None and not -width <= c < width]
+                    if outside:
+                        raise DataError(f"task '{spec.name}' split '{split}' reads column(s) {outside} of '{path}', "
+                                        f"whose first line has {width} fields",
+                                        "fix SplitSpec.text_columns / label_column (0-based) for this file")
                     if s.header:
                         continue
                 if len(row) != width:
