@@ -88,6 +88,9 @@ def test_similarity_both_orders_and_multiple_choice_per_answer(toks):
     assert mc.sequences[1].ids == [2, *ctx, 3, *vocab.encode("Who the dog away?"), 3]  # the cloze blank is filled
     (mc2,) = enc.encode(Example("m", ("the fox ran", "Who ran?"), 0, ("a cat", "birds")), "multiple_choice")
     assert mc2.sequences[0].ids == [2, *ctx, 3, *vocab.encode("Who ran? a cat"), 3]
+    gpt = TaskEncoder(GPTFormat(500, 501, 502), vocab, 64)     # GPT-1 Fig. 1: [z; q; $; a_k]
+    (g,) = gpt.encode(Example("m", ("the fox ran", "Who ran?"), 0, ("a cat", "birds")), "multiple_choice")
+    assert g.sequences[1].ids == [500, *vocab.encode("the fox ran Who ran?"), 501, *vocab.encode("birds"), 502]
 
 
 def test_longest_segment_is_cut_first(toks):

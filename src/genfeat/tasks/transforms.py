@@ -6,9 +6,10 @@ final state summarises the sequence for the head:
 - ``single``: the text A alone;
 - ``pair`` (entailment): A and B in one sequence, with a delimiter between them;
 - ``similarity``: both orders, A;B and B;A, whose summary states the head adds (no inherent order);
-- ``multiple_choice``: context z, then question q with each answer a_k, one sequence per answer
-  (the head takes a softmax over the k sequences' scores); a RACE cloze question (with ``_``) has the
-  answer put in its blank, as XLNet's and BERT's RACE code do;
+- ``multiple_choice``: context z, question q and each answer a_k, one sequence per answer (the head
+  takes a softmax over the k sequences' scores): ``z`` then ``q a_k`` for BERT and XLNet (as their
+  RACE code), ``z q`` then ``a_k`` for GPT (GPT-1 Fig. 1: [z; q; $; a_k]); a RACE cloze question
+  (with ``_``) has the answer put in its blank and stays one segment, after z;
 - ``span`` (extraction): question and context, the context cut into windows of at most
   ``max_len`` tokens that start ``doc_stride`` tokens apart, the answer's character span mapped to
   the window's token positions (to the summary token when the answer is outside the window) and,
@@ -73,6 +74,9 @@ class InputFormat:
     pad_left: bool = False
     context_first: bool = False
     """Span extraction puts the context before the question (XLNet) instead of after it."""
+    question_with_context: bool = False
+    """Multiple choice puts the question in the context's segment, the answer alone after the
+    delimiter (GPT-1), instead of the question before the answer in the second segment."""
 
     def n_special(self, n_segments: int) -> int:
         """Special tokens that :meth:`pack` adds to ``n_segments`` (1 or 2) segments."""
@@ -127,6 +131,7 @@ class GPTFormat(InputFormat):
     delim_id: int
     extract_id: int
     pad_id: int = 0
+    question_with_context: bool = True
 
     def pack(self, segments: Sequence[list[int]]) -> Packed:
         ids, starts = [self.start_id], []
@@ -266,8 +271,12 @@ class TaskEncoder:
             pairs = [(texts[0], texts[1]), (texts[1], texts[0])]
         elif transform == "multiple_choice":
             context, question = texts
-            pairs = [(context, question.replace("_", answer) if "_" in question else f"{question} {answer}")
-                     for answer in example.choices]
+            if "_" in question:
+                pairs = [(context, question.replace("_", answer)) for answer in example.choices]
+            elif self.fmt.question_with_context:
+                pairs = [(f"{context} {question}", answer) for answer in example.choices]
+            else:
+                pairs = [(context, f"{question} {answer}") for answer in example.choices]
         else:
             raise ConfigError(f"unknown input transformation {transform!r}", "use single, pair, similarity, "
                               "multiple_choice or span")
