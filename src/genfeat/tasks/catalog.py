@@ -120,6 +120,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
     TaskSpec("ag_news", "ag_news", "csv", "single",
              {split: SplitSpec(split, False, [1, 2], 0) for split in ("train", "test")},
              ["accuracy"], ["1", "2", "3", "4"]),
+    # RACE reads race/RACE/<split>/ when present; the registry file (train only) when it is not
     TaskSpec("race", "race", "race", "multiple_choice",
              {split: SplitSpec("train") for split in ("train", "dev", "test")}, ["accuracy"], ["A", "B", "C", "D"]),
     TaskSpec("squad_v1.1", "squad_v1.1", "squad", "span", {"train": SplitSpec("train"), "dev": SplitSpec("dev")},

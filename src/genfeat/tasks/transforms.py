@@ -28,7 +28,7 @@ Each backbone packs one or two segments with its own special tokens (:class:`Inp
 
 Texts longer than ``max_len`` are cut, longest segment first (BERT's rule), and the encoding says so
 (``truncated``); reading long texts in segments with memory (XLNet, Transformer-XL) is not done here.
-:func:`collate` pads a batch into tensors.
+:func:`collate` pads a batch into tensors; :func:`best_span` reads a span prediction back as text.
 
 Shapes (collate): b batch, k sequences per example (1 for single, pair and span, 2 for similarity,
 the number of answers for multiple choice), t the longest sequence of the batch.
