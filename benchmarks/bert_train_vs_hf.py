@@ -127,13 +127,17 @@ def memory_probe(which: str, precision: str, attn: str) -> None:
         hf, ours = build(Path(tmp), attn)
     side = Side(which, hf if which == "hf" else ours, precision)
     del hf, ours
-    data = batches(WARMUP + 3)
+    print(json.dumps({"peak_kb": training_peak_kb(side, batches(WARMUP + 3))}))
+
+
+def training_peak_kb(side: Side, data: list) -> int:
+    """Peak resident size (kB) while ``side`` trains on ``data``, over the resident size before it."""
     rss_before = _status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # reset the peak-RSS mark: building the models does not count
         f.write("5")
     for batch in data:
         side.step(batch)
-    print(json.dumps({"peak_kb": _status_kb("VmHWM") - rss_before}))
+    return _status_kb("VmHWM") - rss_before
 
 
 def main() -> None:
@@ -147,21 +151,45 @@ def main() -> None:
     if args.memory_probe:
         memory_probe(args.memory_probe, args.precision, attn)
         return
-    cuda = args.device == "cuda"
+    result, data = compare(__file__, lambda: build_in_tmp(attn), batches, Side, args.device, args.precision,
+                           ["--attn", attn])
+    result["masked_per_step"] = int(sum(int(b["labels"].numel()) for b in data) / len(data))
+    result["hf_attention"] = attn
+    print(json.dumps(result))
+
+
+def build_in_tmp(attn: str):
+    with tempfile.TemporaryDirectory() as tmp:
+        return build(Path(tmp), attn)
+
+
+def compare(script: str, build_sides, make_batches, side_cls, device: str, precision: str,
+            probe_args: list[str]) -> tuple[dict, list]:
+    """The measurements of the module doc for two sides; gpt_train_vs_hf.py uses it too.
+
+    Args:
+        script: the benchmark file, run again as ``script --memory-probe hf|genfeat --precision P *probe_args``.
+        build_sides: () -> (hf, genfeat) models in train mode, on CPU, with the same weights.
+        make_batches: (n, device) -> n batches of B x T input tokens, each passed whole to ``side_cls.step``.
+        side_cls: the training state, :class:`Side` or a subclass with another loss.
+        device, precision: the command-line flags.
+    Returns:
+        The JSON figures common to the train benchmarks, and the batches.
+    """
+    cuda = device == "cuda"
     if not cuda:
         from genfeat.framework.cpu import keep_freed_memory
 
         keep_freed_memory()
     round_steps = ROUND_STEPS * (10 if cuda else 1)
     torch.set_num_threads(2)
-    with tempfile.TemporaryDirectory() as tmp:
-        hf, ours = build(Path(tmp), attn)
-    hf, ours = hf.to(args.device), ours.to(args.device)
-    data = batches(WARMUP + ROUNDS * round_steps, args.device)
-    sides = {"hf": Side("hf", hf, args.precision), "genfeat": Side("genfeat", ours, args.precision)}
+    hf, ours = build_sides()
+    hf, ours = hf.to(device), ours.to(device)
+    data = make_batches(WARMUP + ROUNDS * round_steps, device)
+    sides = {"hf": side_cls("hf", hf, precision), "genfeat": side_cls("genfeat", ours, precision)}
     with torch.no_grad():
         hf.eval(), ours.eval()
-        fp32 = {name: Side(name, m) for name, m in (("hf", hf), ("genfeat", ours))}
+        fp32 = {name: side_cls(name, m) for name, m in (("hf", hf), ("genfeat", ours))}
         diff = abs(float(fp32["hf"].loss(data[0])) - float(fp32["genfeat"].loss(data[0])))
         hf.train(), ours.train()
     peaks = {}
@@ -187,7 +215,7 @@ def main() -> None:
         recorded[name] = MatmulRecorder()
         with recorded[name]:
             side.step(data[WARMUP - 1])
-    matmul_ms = recorded["genfeat"].replay_ms(args.device)
+    matmul_ms = recorded["genfeat"].replay_ms(device)
     rates: dict[str, list[float]] = {"hf": [], "genfeat": []}
     for r in range(ROUNDS):
         chunk = data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps]
@@ -197,26 +225,25 @@ def main() -> None:
         # a fixed mmap threshold makes the peak resident size the live peak (txl_train_vs_hf.py)
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
         for name in ("hf", "genfeat"):
-            proc = subprocess.run([sys.executable, __file__, "--memory-probe", name, "--precision", args.precision,
-                                   "--attn", attn], capture_output=True, text=True, check=True, env=env)
+            proc = subprocess.run([sys.executable, script, "--memory-probe", name, "--precision", precision,
+                                   *probe_args], capture_output=True, text=True, check=True, env=env)
             peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
     hf_tps, ours_tps = statistics.median(rates["hf"]), statistics.median(rates["genfeat"])
     import transformers
 
     result = {"speedup": ours_tps / hf_tps, "memory_ratio": peaks["genfeat"] / peaks["hf"], "loss_abs_diff": diff,
               "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": peaks["genfeat"] / 1024,
-              "hf_peak_mb": peaks["hf"] / 1024, "masked_per_step": int(sum(int(b["labels"].numel()) for b in data)
-                                                                       / len(data)),
+              "hf_peak_mb": peaks["hf"] / 1024,
               "genfeat_matmul_mflop_per_token": recorded["genfeat"].flops() / (B * T) / 1e6,
               "hf_matmul_mflop_per_token": recorded["hf"].flops() / (B * T) / 1e6,
               "genfeat_matmul_ms_per_step": matmul_ms, "genfeat_step_ms": B * T / ours_tps * 1000,
               "hf_step_ms": B * T / hf_tps * 1000, "speedup_bound_matmul_only": B * T / hf_tps * 1000 / matmul_ms,
-              "rounds": ROUNDS, "steps_per_round": round_steps, "hf_attention": attn,
+              "rounds": ROUNDS, "steps_per_round": round_steps,
               "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "device": args.device, "precision": args.precision}
+              "torch": torch.__version__, "device": device, "precision": precision}
     if cuda:
         result["gpu"] = torch.cuda.get_device_name()
-    print(json.dumps(result))
+    return result, data
 
 
 if __name__ == "__main__":

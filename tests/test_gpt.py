@@ -127,3 +127,22 @@ def test_bad_config_and_inputs_are_refused():
         m(ids(t=11), past=past)
     with pytest.raises(ValueError, match="attention_mask covers 5 tokens, expected the 30 cached and 5 new"):
         m(ids(t=5), attention_mask=torch.ones(2, 5), past=past)
+
+
+def test_fused_target_log_probs_equal_the_log_softmax_of_the_logits_with_their_gradients():
+    m = model()
+    m.add_special_tokens(2)
+    x = ids(t=10)
+    x[0, 3] = V + 1
+    targets = x[:, 1:]
+    hidden = m(x, return_logits=False).hidden[:, :-1]
+    fused = m.target_log_probs(hidden, targets)
+    assert fused.shape == (2, 9)
+    grads = torch.autograd.grad(fused.sum(), list(m.parameters()))
+    logits = m(x).logits[:, :-1]
+    plain = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+    assert (fused - plain).abs().max() <= 1e-5
+    for got, want in zip(grads, torch.autograd.grad(plain.sum(), list(m.parameters()))):
+        assert (got - want).abs().max() <= 1e-4 * max(1.0, float(want.abs().max()))
+    with pytest.raises(ValueError, match="targets hold ids"):
+        m.target_log_probs(hidden, targets + V)

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..config import Config
 from ..generation import check_sampling, sample_top_k
-from ..nn.adaptive import check_ids
+from ..nn.adaptive import check_ids, full_target_log_prob
 from ..nn.attention import causal_mask
 from ..nn.feedforward import PositionwiseFeedForward
 from .bert import BertSelfAttention
@@ -210,6 +210,17 @@ class GPTLMHeadModel(nn.Module):
         if self.special_emb is None:
             return self.word_emb.weight
         return torch.cat([self.word_emb.weight, self.special_emb.weight])
+
+    def target_log_probs(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """log P(targets | hidden) under the tied LM head, the terms of the causal LM likelihood L1
+        (seed paper Eq. 1), without keeping the logits and their log-softmax as two [n, V + S]
+        buffers (nn.adaptive.full_target_log_prob): the training path; ``logits`` is for inspection.
+
+        Shapes: hidden [..., d], targets [...] ids in [0, V + S) -> [...] in fp32.
+        """
+        check_ids(targets, self.config.n_token + self.config.n_special, "targets")
+        flat = full_target_log_prob(hidden.reshape(-1, hidden.shape[-1]), self.token_table(), targets.reshape(-1))
+        return flat.view(targets.shape)
 
     def _keep(self, t: int, m: int, attention_mask: Tensor | None, device) -> Tensor | None:
         """[b or 1, 1, t, m + t] attention mask, or None where causal order alone suffices."""

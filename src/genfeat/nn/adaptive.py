@@ -127,6 +127,18 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
         return dhidden.to(ctx.in_dtype), dweight, dbias, dcw, dcb, None, None
 
 
+def full_target_log_prob(hidden: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None = None) -> Tensor:
+    """log softmax(hidden weight^T + bias)[target] over one full table (no clusters), fused as in
+    :class:`_SharedTableTargetLogProb`: the [n, V] logits become the probabilities in place and are
+    the only [n, V] buffer kept for the backward pass (no separate log-softmax copy).
+
+    Shapes: hidden [n, e], weight [V, e], target [n], bias [V] (default zeros) -> [n] in at least fp32.
+    """
+    if bias is None:
+        bias = hidden.new_zeros(weight.shape[0], dtype=weight.dtype)
+    return _SharedTableTargetLogProb.apply(hidden, weight, bias, None, None, target, [0, weight.shape[0]])
+
+
 def check_ids(ids: Tensor, n_token: int, what: str) -> None:
     """Raise ValueError when an id lies outside [0, n_token): the cluster lookups would silently skip
     it (an embedding of zeros, a log-probability read from unwritten memory) instead of failing."""
