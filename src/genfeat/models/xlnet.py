@@ -45,7 +45,6 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
-from ..config import Config
 from ..nn.adaptive import check_ids
 from ..nn.attention import RelativeMultiHeadAttention, sinusoid
 from ..nn.feedforward import PositionwiseFeedForward

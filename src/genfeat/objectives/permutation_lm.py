@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config
-from ..config import Config
 from ..framework.objective import LossOutput, Objective
 
 
