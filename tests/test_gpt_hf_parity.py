@@ -138,3 +138,27 @@ def test_other_architectures_and_mismatched_weights_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="d_inner 96 has no Hugging Face form"):
         genfeat.save_pretrained(wide, tmp_path / "wide", hf=True)
     assert not (tmp_path / "wide").exists()
+
+
+def test_hugging_face_gpt_tokenizer_loads_beside_its_bpe_vocab_json(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from genfeat.hub import load_checkpoint
+
+    hf = hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    words = {f"w{i}": i for i in range(V)}
+    (tmp_path / "hf" / "vocab.json").write_text(json.dumps(words))  # the BPE vocabulary of OpenAIGPTTokenizer
+    Tokenizer(WordLevel(words, unk_token="w0")).save(str(tmp_path / "hf" / "tokenizer.json"))
+    model, vocab = load_checkpoint(tmp_path / "hf", architecture="gpt")
+    assert len(vocab) == model.config.n_token == V
+    # with fine-tuning special tokens: the pretrained vocabulary or one that includes them
+    model.add_special_tokens(2)
+    genfeat.save_pretrained(model, tmp_path / "ft", hf=True)
+    for n in (V, V + 2):
+        Tokenizer(WordLevel({f"w{i}": i for i in range(n)}, unk_token="w0")).save(str(tmp_path / "ft" / "tokenizer.json"))
+        assert len(load_checkpoint(tmp_path / "ft")[1]) == n
+    Tokenizer(WordLevel({f"w{i}": i for i in range(V + 1)}, unk_token="w0")).save(str(tmp_path / "ft" / "tokenizer.json"))
+    with pytest.raises(CheckpointError, match=f"vocabulary of {V + 1} types but the model predicts {V}"):
+        load_checkpoint(tmp_path / "ft")

@@ -127,20 +127,25 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
 
 def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[nn.Module, Any]:
     """``from_pretrained`` plus the vocabulary saved beside the weights (None when there is none): genfeat's
-    vocab.json, else a Hugging Face tokenizer (tokenizer.json, vocab.txt or spiece.model)."""
+    vocab.json, else a Hugging Face tokenizer (tokenizer.json, vocab.txt or spiece.model). In a Hugging
+    Face directory with a tokenizer file, vocab.json is that tokenizer's (GPT's BPE vocabulary), not genfeat's.
+
+    A model with fine-tuning special tokens (GPT-1's n_special) may come with the pretrained vocabulary
+    or with one that includes them."""
     model = from_pretrained(path, architecture)
     vocab, source = None, VOCAB_FILE
-    if (Path(path) / VOCAB_FILE).is_file():
+    hf_tokenizer = next((name for name in HF_TOKENIZER_FILES if (Path(path) / name).is_file()), None)
+    if (Path(path) / VOCAB_FILE).is_file() and (hf_tokenizer is None or "architecture" in read_config(path)):
         from .data.vocab import load_vocab
 
         vocab = load_vocab(Path(path) / VOCAB_FILE)
-    elif any((Path(path) / name).is_file() for name in HF_TOKENIZER_FILES):
+    elif hf_tokenizer is not None:
         from .data.tokenizers import load_tokenizer
 
-        vocab = load_tokenizer(path)
-        source = next(name for name in HF_TOKENIZER_FILES if (Path(path) / name).is_file())
-    n_token = getattr(getattr(model, "config", None), "n_token", None)
-    if vocab is not None and n_token is not None and len(vocab) != n_token:
+        vocab, source = load_tokenizer(path), hf_tokenizer
+    cfg = getattr(model, "config", None)
+    n_token = getattr(cfg, "n_token", None)
+    if vocab is not None and n_token is not None and len(vocab) not in (n_token, n_token + getattr(cfg, "n_special", 0)):
         raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
                               f"predicts {n_token}", f"the {source} belongs to another model; restore the right one")
     return model, vocab
