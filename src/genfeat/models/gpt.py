@@ -191,7 +191,9 @@ class GPTLMHeadModel(nn.Module):
 
     def add_special_tokens(self, n: int) -> list[int]:
         """Append ``n`` special-token embeddings (Normal(0, init_std)) after the existing ones; the
-        pretrained table and earlier special rows are kept as they are. Returns the new ids."""
+        pretrained table and earlier special rows are kept as they are. Returns the new ids.
+
+        The new rows are a new parameter: call this before building the optimizer."""
         if n < 1:
             raise ValueError(f"add_special_tokens needs n >= 1, got {n}")
         cfg, old = self.config, self.special_emb
