@@ -19,11 +19,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..config import from_dict
-from ..errors import CheckpointError, GenfeatError
+from ..errors import CheckpointError
 from ..models.bert import BertConfig, BertForMaskedLM
-from . import load_converted
-from .hf_transfo_xl import _read_hf_weights
+from . import hf_config, load_converted, read_hf_weights
 
 # (HF config key, genfeat field); the other fields of HF's BertConfig are fixed by the architecture.
 _CONFIG_FIELDS = [("vocab_size", "n_token"), ("hidden_size", "d_model"), ("num_hidden_layers", "n_layer"),
@@ -74,12 +72,7 @@ def hf_config_to_ours(hf: dict[str, Any], nsp: bool) -> BertConfig:
         raise CheckpointError(f"Hugging Face BERT with {', '.join(f'{k}={v!r}' for k, v in unsupported)} is not "
                               "supported", "convert a BERT with GELU, absolute positions and a tied decoder")
     fields = {ours: hf[theirs] for theirs, ours in _CONFIG_FIELDS if theirs in hf}
-    try:
-        return from_dict(BertConfig, {**fields, "nsp": nsp}, "config")
-    except (GenfeatError, ValueError, TypeError) as e:
-        cause = e.cause if isinstance(e, GenfeatError) else str(e)
-        raise CheckpointError(f"Hugging Face config does not describe a valid BERT: {cause}",
-                              "check config.json") from None
+    return hf_config(BertConfig, {**fields, "nsp": nsp}, "BERT")
 
 
 def ours_to_hf_config(cfg: BertConfig) -> dict[str, Any]:
@@ -95,7 +88,7 @@ def load_hf_bert(path: str | Path) -> BertForMaskedLM:
     path = Path(path)
     hf_cfg = json.loads((path / "config.json").read_text())
     weights = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias"): v
-               for k, v in _read_hf_weights(path).items()}
+               for k, v in read_hf_weights(path).items()}
     if "cls.predictions.bias" not in weights:
         raise CheckpointError(f"'{path}' holds a BERT without the masked-LM head (architectures "
                               f"{hf_cfg.get('architectures')})", "pass a BertForMaskedLM or BertForPreTraining "

@@ -23,11 +23,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..config import from_dict
-from ..errors import CheckpointError, GenfeatError
+from ..errors import CheckpointError
 from ..models.gpt import GPTConfig, GPTLMHeadModel
-from . import load_converted
-from .hf_transfo_xl import _read_hf_weights
+from . import hf_config, load_converted, read_hf_weights
 
 # (HF config key, genfeat field); vocab_size is n_token + n_special, the inner width 4 n_embd
 _CONFIG_FIELDS = [("n_embd", "d_model"), ("n_layer", "n_layer"), ("n_head", "n_head"), ("resid_pdrop", "dropout"),
@@ -72,14 +70,9 @@ def hf_config_to_ours(hf: dict[str, Any], mc_head: bool) -> GPTConfig:
                               "not supported", "convert a GPT-1 with afn='gelu' and the default multiple-choice head")
     fields = {ours: hf[theirs] for theirs, ours in _CONFIG_FIELDS if theirs in hf}
     n_special = hf.get(_SPECIAL_KEY, 0)
-    try:
-        d_model = fields.get("d_model", GPTConfig.d_model)
-        return from_dict(GPTConfig, {**fields, "n_token": hf.get("vocab_size", 40478) - n_special,
-                                     "n_special": n_special, "d_inner": 4 * d_model, "mc_head": mc_head}, "config")
-    except (GenfeatError, ValueError, TypeError) as e:
-        cause = e.cause if isinstance(e, GenfeatError) else str(e)
-        raise CheckpointError(f"Hugging Face config does not describe a valid GPT-1: {cause}",
-                              "check config.json") from None
+    d_model = fields.get("d_model", GPTConfig.d_model)
+    return hf_config(GPTConfig, {**fields, "n_token": hf.get("vocab_size", 40478) - n_special,
+                                 "n_special": n_special, "d_inner": 4 * d_model, "mc_head": mc_head}, "GPT-1")
 
 
 def ours_to_hf_config(cfg: GPTConfig) -> dict[str, Any]:
@@ -98,7 +91,7 @@ def load_hf_gpt(path: str | Path) -> GPTLMHeadModel:
     """Build a genfeat GPT-1 from a Hugging Face OpenAI GPT directory (LM head, double heads, or bare)."""
     path = Path(path)
     hf_cfg = json.loads((path / "config.json").read_text())
-    weights = _read_hf_weights(path)
+    weights = read_hf_weights(path)
     if not any(k.startswith("transformer.") for k in weights):  # a bare OpenAIGPTModel
         weights = {f"transformer.{k}": v for k, v in weights.items()}
     if _TABLE not in weights:

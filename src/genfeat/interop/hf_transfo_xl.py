@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from ..config import from_dict
-from ..errors import CheckpointError, GenfeatError
+from ..errors import CheckpointError
 from ..models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+from . import hf_config, read_hf_weights
 
 # (HF config key, genfeat field); the rest of HF's fields are fixed by the architecture.
 _CONFIG_FIELDS = [("vocab_size", "n_token"), ("cutoffs", "cutoffs"), ("div_val", "div_val"), ("d_model", "d_model"),
@@ -77,12 +76,7 @@ def hf_config_to_ours(hf: dict[str, Any]) -> TransformerXLConfig:
         raise CheckpointError("Hugging Face Transformer-XL with sample_softmax is not supported",
                               "convert a model trained with the full adaptive softmax")
     fields = {ours: hf[theirs] for theirs, ours in _CONFIG_FIELDS if theirs in hf}
-    try:
-        return from_dict(TransformerXLConfig, fields, "config")
-    except (GenfeatError, ValueError, TypeError) as e:
-        cause = e.cause if isinstance(e, GenfeatError) else str(e)
-        raise CheckpointError(f"Hugging Face config does not describe a valid Transformer-XL: {cause}",
-                              "check config.json") from None
+    return hf_config(TransformerXLConfig, fields, "Transformer-XL")
 
 
 def ours_to_hf_config(cfg: TransformerXLConfig) -> dict[str, Any]:
@@ -107,31 +101,13 @@ def _hf_name_to_ours(name: str) -> str | None:
     return ours
 
 
-def _read_hf_weights(path: Path) -> dict[str, torch.Tensor]:
-    if (path / "model.safetensors").is_file():
-        try:
-            return load_file(str(path / "model.safetensors"))
-        except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"'{path / 'model.safetensors'}' is corrupt or truncated ({e})",
-                                  "restore the file or export the model again") from None
-    if (path / "pytorch_model.bin").is_file():
-        try:
-            return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception:  # torch raises UnpicklingError, RuntimeError or EOFError here, with advice we must not repeat
-            raise CheckpointError(f"'{path / 'pytorch_model.bin'}' is not a plain tensor file (it is corrupt, or it "
-                                  "holds Python objects, which genfeat never unpickles)",
-                                  "convert it to model.safetensors with the program that wrote it") from None
-    raise CheckpointError(f"'{path}' has neither model.safetensors nor pytorch_model.bin",
-                          "pass a Hugging Face model directory with its weights")
-
-
 def load_hf_transfo_xl(path: str | Path) -> TransformerXLLMHeadModel:
     """Build a genfeat Transformer-XL from a Hugging Face TransfoXLLMHeadModel directory."""
     path = Path(path)
     cfg = hf_config_to_ours(json.loads((path / "config.json").read_text()))
     model = TransformerXLLMHeadModel(cfg)
     state = {}
-    for name, tensor in _read_hf_weights(path).items():
+    for name, tensor in read_hf_weights(path).items():
         ours = _hf_name_to_ours(name)
         # With shared u, v a .bin file also lists them under every layer; they are the same tensors.
         if ours is not None and not (not cfg.untie_r and re.fullmatch(r"layers\.\d+\.r_[wr]_bias", ours)):

@@ -20,10 +20,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..config import from_dict
-from ..errors import CheckpointError, GenfeatError
+from ..errors import CheckpointError
 from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
-from .hf_transfo_xl import _read_hf_weights
+from . import hf_config, read_hf_weights
 
 _PROJECTIONS = ("q", "k", "v", "o", "r")
 # (HF name under transformer.layer.{n}., genfeat name under layers.{n}.) of tensors copied as they are
@@ -48,12 +47,7 @@ def hf_config_to_ours(hf: dict[str, Any]) -> XLNetConfig:
               "reuse_len": hf.get("reuse_len") or None, "clamp_len": hf.get("clamp_len", -1),
               "bi_data": hf.get("bi_data", False), "init_std": hf.get("initializer_range", 0.02),
               "layer_norm_epsilon": hf.get("layer_norm_eps", 1e-12)}
-    try:
-        return from_dict(XLNetConfig, fields, "config")
-    except (GenfeatError, ValueError, TypeError) as e:
-        cause = e.cause if isinstance(e, GenfeatError) else str(e)
-        raise CheckpointError(f"Hugging Face config does not describe a supported XLNet: {cause}",
-                              "check config.json") from None
+    return hf_config(XLNetConfig, fields, "XLNet")
 
 
 def ours_to_hf_config(cfg: XLNetConfig) -> dict[str, Any]:
@@ -134,7 +128,7 @@ def load_hf_xlnet(path: str | Path) -> XLNetLMHeadModel:
     path = Path(path)
     hf_cfg = json.loads((path / "config.json").read_text())
     cfg = hf_config_to_ours(hf_cfg)
-    weights = _read_hf_weights(path)
+    weights = read_hf_weights(path)
     if "lm_loss.bias" not in weights:
         raise CheckpointError(f"'{path}' holds an XLNet without the LM head (architectures "
                               f"{hf_cfg.get('architectures')})", "pass an XLNetLMHeadModel directory")
