@@ -3,7 +3,7 @@
 Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM figures of a
 checkpoint on a corpus), ``generate`` (top-k sampling with memory reuse), ``recl`` (relative
 effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format),
-``tokenizer train`` (a WordPiece or sentencepiece tokenizer for pretraining).
+``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer for pretraining).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
 ``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
@@ -298,9 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tk = sub.add_parser("tokenizer", parents=[common], help="subword tokenizers for pretraining")
     tk_sub = tk.add_subparsers(dest="tokenizer_command", required=True)
-    tt = tk_sub.add_parser("train", parents=[common], help="train a WordPiece or sentencepiece tokenizer and write "
-                                                           "its Hugging Face files (genfeat.data.tokenizers)")
-    tt.add_argument("--kind", choices=["wordpiece", "sentencepiece"], required=True)
+    tt = tk_sub.add_parser("train", parents=[common], help="train a WordPiece, sentencepiece or BPE tokenizer and "
+                                                           "write its Hugging Face files (genfeat.data.tokenizers)")
+    tt.add_argument("--kind", choices=["wordpiece", "sentencepiece", "bpe"], required=True)
     tt.add_argument("--corpus", required=True, help="a text file or a folder of text files")
     tt.add_argument("--vocab-size", type=int, required=True, help="types, special tokens included")
     tt.add_argument("--lowercase", action="store_true", help="lower-case the text (an uncased tokenizer)")

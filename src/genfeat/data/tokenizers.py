@@ -1,13 +1,19 @@
-"""Subword tokenizers for pretraining: WordPiece (BERT) and sentencepiece unigram (XLNet).
+"""Subword tokenizers for pretraining: WordPiece (BERT), sentencepiece unigram (XLNet) and BPE (GPT-1).
 
-``genfeat tokenizer train --kind {wordpiece,sentencepiece} --corpus PATH --vocab-size N --out DIR``
+``genfeat tokenizer train --kind {wordpiece,sentencepiece,bpe} --corpus PATH --vocab-size N --out DIR``
 trains one on a text file or a folder of text files (every non-blank line is a training sentence)
 and writes the files Hugging Face loads, atomically (the directory appears complete or not at all):
 
 - wordpiece (``tokenizers``): ``tokenizer.json`` (with BERT's [CLS] A [SEP] B [SEP] template),
   ``vocab.txt`` and ``tokenizer_config.json`` (``BertTokenizer``/``BertTokenizerFast``);
 - sentencepiece (``sentencepiece``, unigram model): ``spiece.model`` and ``tokenizer_config.json``
-  (``XLNetTokenizer``), with XLNet's control symbols <cls> <sep> <pad> <mask> <eod> <eop> at ids 3-8.
+  (``XLNetTokenizer``), with XLNet's control symbols <cls> <sep> <pad> <mask> <eod> <eop> at ids 3-8;
+- bpe (``tokenizers``, GPT-1's byte-pair encoding, Sennrich et al. 2016): ``tokenizer.json`` and
+  ``tokenizer_config.json`` (``OpenAIGPTTokenizerFast``). As Hugging Face's conversion of the
+  OpenAI GPT tokenizer: BERT's normaliser and pre-tokeniser (words and punctuation), merges inside
+  a word only, the suffix ``</w>`` on a word's last piece, ``<unk>`` (id 0) for characters the
+  corpus never showed. GPT-1 lower-cases (``--lowercase``); Hugging Face's slow
+  ``OpenAIGPTTokenizer`` always does and cleans text with ftfy/spaCy, so only the fast one matches.
 
 :func:`load_tokenizer` reads such a directory (or a Hugging Face one: ``tokenizer.json``,
 ``vocab.txt`` or ``spiece.model``) into a genfeat vocabulary (:class:`~genfeat.data.vocab.BPEVocab`
@@ -19,7 +25,8 @@ adds them.
 Reproducibility: sentencepiece training is deterministic. ``tokenizers``' WordPiece trainer breaks
 ties between equally frequent candidates in a per-process hash order, so on a small corpus two runs
 can keep a few different pieces at the size limit; ids are assigned from the sorted pieces, so the
-same pieces always get the same ids. Keep the written folder and pass it on to reuse a tokenizer.
+same pieces always get the same ids. The BPE trainer also orders merges of equal count in hash
+order (a few of them, rarely changing how a word splits); ids are again those of the sorted pieces. Keep the written folder and pass it on to reuse a tokenizer.
 """
 
 from __future__ import annotations
@@ -43,19 +50,23 @@ SPECIALS = {
     "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
     "sentencepiece": {"unk": "<unk>", "bos": "<s>", "eos": "</s>", "cls": "<cls>", "sep": "<sep>", "pad": "<pad>",
                       "mask": "<mask>", "eod": "<eod>", "eop": "<eop>"},
+    "bpe": {"unk": "<unk>"},
 }
+BPE_SUFFIX = "</w>"
+"""GPT-1's end-of-word mark on a word's last BPE piece."""
 # the sentencepiece pieces besides <unk>, <s>, </s> (which sentencepiece itself places at 0-2)
 _SP_CONTROL = ["<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]
 FILES = {"wordpiece": ("tokenizer.json", "vocab.txt", "tokenizer_config.json"),
-         "sentencepiece": ("spiece.model", "tokenizer_config.json")}
+         "sentencepiece": ("spiece.model", "tokenizer_config.json"),
+         "bpe": ("tokenizer.json", "tokenizer_config.json")}
 
 
 @dataclass
 class TokenizerConfig(Config):
     """What ``genfeat tokenizer train`` trains."""
 
-    kind: Literal["wordpiece", "sentencepiece"] = "wordpiece"
-    """wordpiece (BERT, ``tokenizers``) or sentencepiece (unigram, XLNet)."""
+    kind: Literal["wordpiece", "sentencepiece", "bpe"] = "wordpiece"
+    """wordpiece (BERT, ``tokenizers``), sentencepiece (unigram, XLNet) or bpe (GPT-1, ``tokenizers``)."""
     vocab_size: int = 8000
     """Number of types, special tokens included."""
     lowercase: bool = False
@@ -63,7 +74,7 @@ class TokenizerConfig(Config):
 
     def __post_init__(self):
         if self.kind not in FILES:
-            raise ConfigError(f"tokenizer kind {self.kind!r} is unknown", "use wordpiece or sentencepiece")
+            raise ConfigError(f"tokenizer kind {self.kind!r} is unknown", "use wordpiece, sentencepiece or bpe")
         if self.vocab_size < len(SPECIALS[self.kind]) + 1:
             raise ConfigError(f"vocab size {self.vocab_size} leaves no room beside the {len(SPECIALS[self.kind])} "
                               "special tokens", "pass a larger --vocab-size")
@@ -154,6 +165,49 @@ def _wordpiece_from_tokens(tokens: list[str], lowercase: bool):
     return _wordpiece_pipeline(Tokenizer(models.WordPiece(vocab, unk_token=SPECIALS["wordpiece"]["unk"])), lowercase)
 
 
+def _bpe_pipeline(tok, lowercase: bool):
+    """GPT-1's pipeline on a BPE ``tokenizers.Tokenizer`` (module doc): BERT's normaliser and pre-tokeniser,
+    the ``</w>`` decoder."""
+    from tokenizers import decoders, normalizers, pre_tokenizers
+
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.BPEDecoder(suffix=BPE_SUFFIX)
+    return tok
+
+
+def _train_bpe(lines: list[str], cfg: TokenizerConfig) -> BPEVocab:
+    from tokenizers import Tokenizer, models, trainers
+
+    unk = SPECIALS["bpe"]["unk"]
+    tok = _bpe_pipeline(Tokenizer(models.BPE(unk_token=unk, end_of_word_suffix=BPE_SUFFIX)), cfg.lowercase)
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=cfg.vocab_size, special_tokens=[unk],
+                                                       end_of_word_suffix=BPE_SUFFIX, show_progress=False))
+    size = tok.get_vocab_size()
+    if size < cfg.vocab_size:
+        raise DataError(f"the corpus yields only {size} BPE types (every word is one piece), fewer than "
+                        f"--vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or less, or a larger corpus")
+    if size > cfg.vocab_size:
+        raise DataError(f"the corpus's characters (each alone and word-final) make {size} BPE types, more than "
+                        f"--vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or more")
+    # <unk>, then the sorted pieces: the ids are a function of the set of pieces (module doc)
+    tokens = [unk] + sorted(set(tok.get_vocab()) - {unk})
+    merges = [tuple(m.split(" ")) for m in json.loads(tok.to_str())["model"]["merges"]]
+    return BPEVocab(_bpe_from_tokens(tokens, merges, cfg.lowercase))
+
+
+def _bpe_from_tokens(tokens: list[str], merges: list[tuple[str, str]], lowercase: bool):
+    """A GPT-1 BPE tokenizer whose id i is ``tokens[i]``, merging pairs in the order of ``merges``."""
+    from tokenizers import AddedToken, Tokenizer, models
+
+    unk = SPECIALS["bpe"]["unk"]
+    tok = Tokenizer(models.BPE({token: i for i, token in enumerate(tokens)}, merges, unk_token=unk,
+                               end_of_word_suffix=BPE_SUFFIX))
+    # a special token: a literal <unk> in the text (PTB writes them) stays one token
+    tok.add_special_tokens([AddedToken(unk, special=True)])
+    return _bpe_pipeline(tok, lowercase)
+
+
 def _train_sentencepiece(lines: list[str], cfg: TokenizerConfig) -> SentencePieceVocab:
     import io
 
@@ -182,7 +236,8 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
     A WordPiece tokenizer gives tokenizer.json, vocab.txt and tokenizer_config.json (BertTokenizer,
     ``do_lower_case`` read from its normaliser); another ``tokenizers`` tokenizer its tokenizer.json;
     a sentencepiece model spiece.model and tokenizer_config.json (XLNetTokenizer; any lower-casing is
-    inside the model's normaliser). Word, character and byte vocabularies have no such files: nothing
+    inside the model's normaliser); a GPT-1 BPE tokenizer (``</w>`` suffix) tokenizer.json and
+    tokenizer_config.json (OpenAIGPTTokenizer). Word, character and byte vocabularies have no such files: nothing
     is written for them.
     """
     out = Path(out)
@@ -196,12 +251,14 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
             tokens = [vocab.tokenizer.id_to_token(i) for i in range(len(vocab))]
             (out / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
             _write_config(out, "BertTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "wordpiece")
+        elif _kind(vocab) == "bpe":
+            _write_config(out, "OpenAIGPTTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "bpe")
 
 
 def _write_config(out: Path, cls: str, lowercase: bool, kind: str) -> None:
     sp = SPECIALS[kind]
     config = {"tokenizer_class": cls, "do_lower_case": lowercase, "model_max_length": 512,
-              **{f"{role}_token": sp[role] for role in ("unk", "cls", "sep", "pad", "mask")}}
+              **{f"{role}_token": sp[role] for role in ("unk", "cls", "sep", "pad", "mask") if role in sp}}
     if kind == "sentencepiece":
         config.update(bos_token=sp["bos"], eos_token=sp["eos"], additional_special_tokens=[sp["eop"], sp["eod"]],
                       remove_space=True, keep_accents=True)
@@ -221,7 +278,8 @@ def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -
     if out.exists() and (not out.is_dir() or any(p.name not in known for p in out.iterdir())):
         raise ConfigError(f"--out '{out}' is a file or a folder holding other files, which writing the tokenizer "
                           "there would delete", "pass a new folder, or a tokenizer folder to replace")
-    vocab = (_train_wordpiece if cfg.kind == "wordpiece" else _train_sentencepiece)(_checked_lines(corpus), cfg)
+    train = {"wordpiece": _train_wordpiece, "sentencepiece": _train_sentencepiece, "bpe": _train_bpe}[cfg.kind]
+    vocab = train(_checked_lines(corpus), cfg)
     with atomic_dir(out) as tmp:
         save_hf_tokenizer(vocab, tmp)
     return vocab
@@ -260,10 +318,18 @@ def _pieces(vocab: Vocab) -> list[str]:
     raise DataError(f"a {vocab.kind} vocabulary has no subword pieces", "use a wordpiece or sentencepiece tokenizer")
 
 
+def _kind(vocab: Vocab) -> str:
+    """The SPECIALS kind of a subword vocabulary: sentencepiece, bpe (GPT-1's, ``</w>`` suffix) or wordpiece."""
+    if isinstance(vocab, SentencePieceVocab):
+        return "sentencepiece"
+    model = json.loads(vocab.tokenizer.to_str())["model"] if isinstance(vocab, BPEVocab) else {}
+    return "bpe" if model.get("type") == "BPE" and model.get("end_of_word_suffix") == BPE_SUFFIX else "wordpiece"
+
+
 def special_ids(vocab: Vocab) -> dict[str, int]:
     """role (pad, unk, cls, sep, mask, ...) -> id of the special tokens the vocabulary holds."""
     index = {piece: i for i, piece in enumerate(_pieces(vocab))}
-    kind = "sentencepiece" if isinstance(vocab, SentencePieceVocab) else "wordpiece"
+    kind = _kind(vocab)
     return {role: index[token] for role, token in SPECIALS[kind].items() if token in index}
 
 
