@@ -24,6 +24,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "bert": ("genfeat.models.bert", "BertConfig", "BertForMaskedLM"),
     "xlnet": ("genfeat.models.xlnet", "XLNetConfig", "XLNetLMHeadModel"),
     "gpt": ("genfeat.models.gpt", "GPTConfig", "GPTLMHeadModel"),
+    "elmo": ("genfeat.models.elmo", "ElmoConfig", "ElmoBiLM"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {
