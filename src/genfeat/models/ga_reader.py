@@ -1,0 +1,170 @@
+"""Gated-attention reader (Dhingra et al., ACL 2017), the discriminative model D of GDAN (thesis §3.2.3).
+
+Axis legend: b batch, n paragraph words, m question words, h GRU size per direction (2h both), e embedding.
+
+Layers k = 1..K-1 (Dhingra et al. Eqs. 1-3): the paragraph states D^(k) = BiGRU_D^(k)(X^(k-1)) (X^(0) the
+paragraph's word embeddings) and the question states Q^(k) = BiGRU_Q^(k)(Y) (Y the question's word
+embeddings, re-read by each layer's own GRU) meet in the gated-attention module
+
+    α_i = softmax_j(q_j^T d_i),   q̃_i = Σ_j α_ij q_j,   x_i = d_i ⊙ q̃_i,    X^(k) = [x_1 .. x_n],
+
+the element-wise product that lets each question word gate each paragraph word's features. Layer K
+reads D^(K) = BiGRU_D^(K)(X^(K-1)) and Q^(K). The GA reader answers a cloze question with the inner
+product of D^(K) and the question state at the blank; for SQuAD's spans GDAN takes a softmax over the
+paragraph for the start and one for the end (§3.2.3), so here the query is the question summary
+q = [q_m^→ ; q_1^←] (the last forward and first backward states of Q^(K)) and
+
+    start_i = d_i^T W_s q,    end_i = d_i^T W_e q,    p(start = i) = softmax_i(start_i), likewise end,
+
+two bilinear forms in place of the reader's one inner product.
+
+Domain tags (thesis §3.2.3, "domain adaptation with tags"): when ``domain`` is given, the word d_true
+(0: a human question) or d_gen (1: a question written by G) is appended after the last real word of both
+the question and the paragraph, so D can learn a different conditional for generated questions; the
+tag is never a span position. Without ``domain`` (SL, Context, Gen, Gen + GAN, Gen + dual) nothing is
+appended.
+
+Padding does not change any output at real positions: the GRUs run on packed sequences, attention
+ignores padded question words, and padded paragraph positions get logit -inf.
+
+Not from the GA reader paper: no character embeddings, no question-evidence common-word feature and no
+pretrained (GloVe) vectors; embeddings start at random.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..config import Config
+
+
+@dataclass
+class GAReaderConfig(Config):
+    """Sizes of the gated-attention reader (defaults: the GA reader's 3 layers; smaller GRUs than its 128
+    per direction, for CPU)."""
+
+    vocab_size: int = 0
+    """Word types (set by the method from the vocabulary; ids 0 padding)."""
+    embed_dim: int = 100
+    """e, word embedding size."""
+    hidden: int = 64
+    """h, GRU size per direction."""
+    layers: int = 3
+    """K, reading layers (K-1 gated-attention modules)."""
+    dropout: float = 0.2
+    """Dropout on the embeddings and on each layer's GRU outputs."""
+    d_true_id: int = 2
+    """Word id of the tag d_true (:data:`genfeat.data.gdan.SPECIALS`)."""
+    d_gen_id: int = 3
+    """Word id of the tag d_gen."""
+
+    def __post_init__(self):
+        if self.vocab_size < 0 or self.embed_dim < 1 or self.hidden < 1 or self.layers < 1:
+            raise ValueError("vocab_size must be >= 0 and embed_dim, hidden, layers >= 1, got "
+                             f"{self.vocab_size}, {self.embed_dim}, {self.hidden}, {self.layers}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class GAReaderOutput:
+    """start_logits, end_logits: (b, n) span scores, -inf at padding; paragraph_states: (b, n, 2h) D^(K)."""
+
+    start_logits: Tensor
+    end_logits: Tensor
+    paragraph_states: Tensor
+
+
+def gated_attention(d: Tensor, q: Tensor, q_mask: Tensor) -> Tensor:
+    """The GA module (Dhingra et al. Eqs. 2-3): x_i = d_i ⊙ Σ_j softmax_j(q_j^T d_i) q_j.
+
+    Args:
+        d: (b, n, 2h) paragraph states; q: (b, m, 2h) question states; q_mask: (b, m) True at real words.
+    Returns:
+        (b, n, 2h).
+    """
+    scores = torch.einsum("bnh,bmh->bnm", d, q).masked_fill(~q_mask[:, None, :], float("-inf"))
+    return d * torch.einsum("bnm,bmh->bnh", scores.softmax(-1), q)
+
+
+def append_tag(ids: Tensor, mask: Tensor, tag: Tensor) -> tuple[Tensor, Tensor]:
+    """ids (b, t) right-padded with their mask, and one tag id per row (b,) -> (b, t + 1) with the tag
+    right after each row's last real word, and its mask."""
+    lengths = mask.sum(1)
+    rows = torch.arange(ids.shape[0], device=ids.device)
+    ids = torch.cat([ids, ids.new_zeros(ids.shape[0], 1)], 1)
+    mask = torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], 1)
+    ids[rows, lengths] = tag
+    mask[rows, lengths] = True
+    return ids, mask
+
+
+class BiGRU(nn.Module):
+    """A one-layer bidirectional GRU over right-padded sequences, run packed so padding is never read.
+    (b, t, in) and (b, t) mask -> (b, t, 2h), zeros at padding."""
+
+    def __init__(self, inputs: int, hidden: int):
+        super().__init__()
+        self.gru = nn.GRU(inputs, hidden, batch_first=True, bidirectional=True)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        lengths = mask.sum(1).clamp_min(1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.gru(packed)
+        return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+
+
+class GAReader(nn.Module):
+    """The gated-attention reader with span output (see the module docstring)."""
+
+    def __init__(self, cfg: GAReaderConfig):
+        super().__init__()
+        if cfg.vocab_size < 1:
+            raise ValueError("GAReaderConfig.vocab_size must be set (>= 1) before building the model")
+        self.cfg = cfg
+        h2 = 2 * cfg.hidden
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0)
+        self.doc_grus = nn.ModuleList([BiGRU(cfg.embed_dim if k == 0 else h2, cfg.hidden) for k in range(cfg.layers)])
+        self.query_grus = nn.ModuleList([BiGRU(cfg.embed_dim, cfg.hidden) for _ in range(cfg.layers)])
+        self.start = nn.Linear(h2, h2, bias=False)
+        self.end = nn.Linear(h2, h2, bias=False)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, paragraph: Tensor, paragraph_mask: Tensor, question: Tensor, question_mask: Tensor,
+                domain: Tensor | None = None) -> GAReaderOutput:
+        """Span scores for the questions on the paragraphs.
+
+        Args:
+            paragraph: (b, n) word ids, right-padded with 0; paragraph_mask: (b, n) True at real words.
+            question: (b, m) word ids; question_mask: (b, m).
+            domain: (b,) 0 for d_true, 1 for d_gen, appended as a tag word; None: no tag.
+        Returns:
+            :class:`GAReaderOutput` with (b, n) logits over the paragraph's own words.
+        """
+        n = paragraph.shape[1]
+        if domain is not None:
+            tag = torch.where(domain.bool(), self.cfg.d_gen_id, self.cfg.d_true_id)
+            paragraph, paragraph_mask_t = append_tag(paragraph, paragraph_mask, tag)
+            question, question_mask = append_tag(question, question_mask, tag)
+        else:
+            paragraph_mask_t = paragraph_mask
+        x = self.drop(self.embed(paragraph))
+        y = self.drop(self.embed(question))
+        for k in range(self.cfg.layers):
+            d = self.drop(self.doc_grus[k](x, paragraph_mask_t))
+            q = self.drop(self.query_grus[k](y, question_mask))
+            if k < self.cfg.layers - 1:
+                x = gated_attention(d, q, question_mask)
+        rows = torch.arange(q.shape[0], device=q.device)
+        last = question_mask.sum(1) - 1
+        half = self.cfg.hidden
+        summary = torch.cat([q[rows, last, :half], q[:, 0, half:]], -1)               # (b, 2h)
+        d = d[:, :n]
+        pad = ~paragraph_mask
+        start = torch.einsum("bnh,bh->bn", d, self.start(summary)).masked_fill(pad, float("-inf"))
+        end = torch.einsum("bnh,bh->bn", d, self.end(summary)).masked_fill(pad, float("-inf"))
+        return GAReaderOutput(start, end, d)

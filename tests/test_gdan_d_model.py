@@ -1,0 +1,86 @@
+"""The gated-attention reader D of GDAN (genfeat.models.ga_reader): shapes, padding invariance, the GA
+algebra on a hand case, the domain tags."""
+
+import pytest
+import torch
+
+from genfeat.models.ga_reader import GAReader, GAReaderConfig, append_tag, gated_attention
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return GAReader(GAReaderConfig(vocab_size=30, embed_dim=8, hidden=5, layers=3, dropout=0.0, **kw)).eval()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    paragraph = torch.randint(6, 30, (2, 9), generator=g)
+    question = torch.randint(6, 30, (2, 4), generator=g)
+    p_mask = torch.tensor([[True] * 9, [True] * 6 + [False] * 3])
+    q_mask = torch.tensor([[True] * 4, [True] * 2 + [False] * 2])
+    return paragraph * p_mask, p_mask, question * q_mask, q_mask
+
+
+def test_shapes_and_padding_positions_are_minus_inf():
+    out = _model()(*_batch())
+    assert out.start_logits.shape == out.end_logits.shape == (2, 9)
+    assert out.paragraph_states.shape == (2, 9, 10)
+    assert torch.isinf(out.start_logits[1, 6:]).all() and torch.isfinite(out.start_logits[1, :6]).all()
+
+
+@pytest.mark.parametrize("domain", [None, torch.tensor([0, 1])])
+def test_padding_does_not_change_outputs(domain):
+    model = _model()
+    p, pm, q, qm = _batch()
+    together = model(p, pm, q, qm, domain)
+    for i, (n, m) in enumerate([(9, 4), (6, 2)]):
+        alone = model(p[i:i + 1, :n], pm[i:i + 1, :n], q[i:i + 1, :m], qm[i:i + 1, :m],
+                      None if domain is None else domain[i:i + 1])
+        torch.testing.assert_close(together.start_logits[i, :n], alone.start_logits[0])
+        torch.testing.assert_close(together.end_logits[i, :n], alone.end_logits[0])
+        # more padding than needed changes nothing either
+        wide = model(torch.nn.functional.pad(p[i:i + 1, :n], (0, 5)), torch.nn.functional.pad(pm[i:i + 1, :n], (0, 5)),
+                     torch.nn.functional.pad(q[i:i + 1, :m], (0, 3)), torch.nn.functional.pad(qm[i:i + 1, :m], (0, 3)),
+                     None if domain is None else domain[i:i + 1])
+        torch.testing.assert_close(wide.start_logits[0, :n], alone.start_logits[0])
+
+
+def test_gated_attention_on_a_hand_case():
+    d = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])             # two paragraph words
+    q = torch.tensor([[[1.0, 1.0], [3.0, -1.0], [9.0, 9.0]]])  # three question words, the last one padding
+    mask = torch.tensor([[True, True, False]])
+    # word 1: scores (1, 3) -> α = softmax(1, 3); word 2: scores (2, -2) -> α = softmax(2, -2)
+    a1 = torch.softmax(torch.tensor([1.0, 3.0]), 0)
+    a2 = torch.softmax(torch.tensor([2.0, -2.0]), 0)
+    q1 = a1[0] * torch.tensor([1.0, 1.0]) + a1[1] * torch.tensor([3.0, -1.0])
+    q2 = a2[0] * torch.tensor([1.0, 1.0]) + a2[1] * torch.tensor([3.0, -1.0])
+    expected = torch.stack([torch.tensor([1.0, 0.0]) * q1, torch.tensor([0.0, 2.0]) * q2])[None]
+    torch.testing.assert_close(gated_attention(d, q, mask), expected)
+
+
+def test_append_tag_goes_after_the_last_real_word():
+    ids = torch.tensor([[7, 8, 9], [7, 0, 0]])
+    ids2, mask2 = append_tag(ids, ids != 0, torch.tensor([2, 3]))
+    assert ids2.tolist() == [[7, 8, 9, 2], [7, 3, 0, 0]]
+    assert mask2.tolist() == [[True] * 4, [True, True, False, False]]
+
+
+def test_domain_tags_change_the_scores_and_one_layer_works():
+    model = _model()
+    p, pm, q, qm = _batch()
+    true = model(p, pm, q, qm, torch.zeros(2, dtype=torch.long)).start_logits
+    gen = model(p, pm, q, qm, torch.ones(2, dtype=torch.long)).start_logits
+    assert not torch.allclose(true[:, :6], gen[:, :6])
+    assert true.shape == (2, 9), "the tag position is not a span position"
+    one = GAReader(GAReaderConfig(vocab_size=30, embed_dim=8, hidden=5, layers=1))
+    out = one(p, pm, q, qm)
+    loss = -out.start_logits[0].log_softmax(-1)[2] - out.end_logits[1].log_softmax(-1)[4]
+    loss.backward()
+    assert one.embed.weight.grad is not None and one.start.weight.grad.abs().sum() > 0
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="dropout"):
+        GAReaderConfig(vocab_size=3, dropout=1.0)
+    with pytest.raises(ValueError, match="vocab_size must be set"):
+        GAReader(GAReaderConfig())
