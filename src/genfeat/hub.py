@@ -25,6 +25,9 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "xlnet": ("genfeat.models.xlnet", "XLNetConfig", "XLNetLMHeadModel"),
     "gpt": ("genfeat.models.gpt", "GPTConfig", "GPTLMHeadModel"),
     "elmo": ("genfeat.models.elmo", "ElmoConfig", "ElmoBiLM"),
+    "lstm_lm": ("genfeat.models.lstm_lm", "LSTMLMConfig", "LSTMLMHeadModel"),
+    # a backbone of the above with a task head (genfeat.models.heads; method: finetune)
+    "finetune": ("genfeat.models.heads", "FineTuneConfig", "FineTuneModel"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {

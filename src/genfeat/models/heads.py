@@ -1,0 +1,402 @@
+"""Task heads on any pretrained backbone: the target side T_{θ,ψ} of thesis §1.4.
+
+A fine-tuned model is a pretrained backbone (θ) and a small head (ψ, the only new parameters
+besides GPT's special-token embeddings). One design serves every backbone:
+
+- a **backbone adapter** (:class:`BackboneAdapter`, registered per genfeat architecture with
+  :func:`register_adapter`) maps a :func:`genfeat.tasks.collate` batch row set to the last-layer
+  states [n, t, d] (n = b·k sequences), optionally reading earlier segments first with memory;
+  it also names the backbone's input format (special tokens, padding side) and, for causal
+  backbones, scores next tokens with the backbone's own LM head (GPT-1's auxiliary L1);
+- a **head** (:class:`TaskHead`) reads those states: the summary token's state for
+  classification, regression (GPT-1 Fig. 1: both orders' states added for similarity) and
+  multiple choice (one score per choice, the softmax over the k choices is the loss's), every
+  position for span extraction (start and end scores, seed BERT §4.2), plus, for SQuAD 2.0,
+  XLNet's answerability score from the summary state.
+
+Adapters for bert, xlnet (content stream only: no ``target_mapping``; ``<cls>`` last, padding on the
+left), gpt (``<start>``/``<delim>``/``<extract>`` as new embeddings via ``add_special_tokens``) and
+transformer_xl (word-level vocabulary: ``A <eos> B <eos>``, the last token summarises, padding on the
+right) are registered here; a later backbone (ELMo, an LSTM LM) registers its own with
+``@register_adapter("name")`` in its module, which needs no edit of this file.
+
+:class:`FineTuneModel` (registered in genfeat.hub as architecture ``finetune``) joins the two and
+carries what evaluation needs to rebuild the inputs: task name, backbone architecture and config,
+head config, max_len and doc_stride.
+
+Axes: b examples, k sequences per example (choices; 2 for similarity), n = b·k sequences,
+s earlier segments read with memory, t tokens, d model width, c labels (1 for regression).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from ..config import Config, to_dict
+from ..data.vocab import EOS
+from ..errors import ConfigError
+from ..tasks.transforms import InputFormat, Packed, input_format
+
+HeadKind = Literal["classification", "regression", "multiple_choice", "span"]
+
+# a logit no position wins with (fp32; applied after casting, so bf16 autocast keeps it finite)
+_NEG = -1.0e9
+
+
+class BackboneAdapter:
+    """How one backbone architecture serves the task heads (see the module docstring).
+
+    Subclasses override what differs; every method takes the backbone module as its first argument,
+    so an adapter holds no parameters and a fine-tuned checkpoint's weights are the backbone's and the
+    head's only.
+
+    Attributes:
+        pool: the classification heads apply dense + tanh to the summary state first (BERT's pooler,
+            XLNet's sequence summary); GPT-1 puts the linear layer straight on the extract state.
+        causal: states depend only on earlier tokens (the backbone can score next tokens, and padding
+            on the right never reaches a real token).
+        memory: the backbone reads earlier segments with memory (long inputs, :meth:`hidden` ``mems``).
+    """
+
+    pool: bool = True
+    causal: bool = False
+    memory: bool = False
+
+    def prepare(self, backbone: nn.Module) -> None:
+        """Add the parameters fine-tuning needs before the optimizer is built (GPT's special tokens)."""
+
+    def input_format(self, backbone: nn.Module, vocab) -> InputFormat:
+        raise NotImplementedError
+
+    def d_model(self, backbone: nn.Module) -> int:
+        return backbone.config.d_model
+
+    def hidden(self, backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor | None,
+               token_type_ids: Tensor | None, mems: list[Tensor] | None = None) -> tuple[Tensor, list[Tensor] | None]:
+        """Last-layer states and the memory for the next segment.
+
+        Shapes: input_ids, attention_mask, token_type_ids [n, t] -> hidden [n, t, d], mems (backbone's own).
+        """
+        raise NotImplementedError
+
+    def lm_log_probs(self, backbone: nn.Module, hidden: Tensor, targets: Tensor) -> Tensor:
+        """log P(targets | hidden) under the backbone's LM head (causal backbones only).
+
+        Shapes: hidden [..., d], targets [...] -> [...]."""
+        raise ConfigError(f"{type(self).__name__} has no causal LM head for the auxiliary LM loss",
+                          "set aux_lm_weight 0 (GPT-1's L1 needs a left-to-right backbone: gpt, transformer_xl)")
+
+
+ADAPTERS: dict[str, BackboneAdapter] = {}
+
+
+def register_adapter(architecture: str):
+    """Class decorator: register an adapter instance for the genfeat ``architecture`` (hub.ARCHITECTURES name)."""
+
+    def decorator(cls: type[BackboneAdapter]) -> type[BackboneAdapter]:
+        ADAPTERS[architecture] = cls()
+        return cls
+
+    return decorator
+
+
+def get_adapter(architecture: str) -> BackboneAdapter:
+    if architecture not in ADAPTERS:
+        raise ConfigError(f"no fine-tuning adapter for the {architecture} architecture",
+                          f"fine-tune one of {', '.join(sorted(ADAPTERS))}, or register an adapter with "
+                          "genfeat.models.heads.register_adapter")
+    return ADAPTERS[architecture]
+
+
+@register_adapter("bert")
+class BertAdapter(BackboneAdapter):
+    """BERT (``BertForMaskedLM``): the encoder's states; ``[CLS] A [SEP] B [SEP]``."""
+
+    def input_format(self, backbone, vocab):
+        return input_format("bert", vocab)
+
+    def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
+        return backbone.bert(input_ids, token_type_ids, attention_mask), None
+
+
+@register_adapter("xlnet")
+class XLNetAdapter(BackboneAdapter):
+    """XLNet (``XLNetLMHeadModel``): the content stream (no ``target_mapping``, no permutation), segment
+    ids as relative segment encodings, ``A <sep> B <sep> <cls>`` padded on the left, memory of earlier
+    segments (:class:`FineTuneModel` sets ``bi_data`` off and ``reuse_len`` to the whole segment)."""
+
+    memory = True
+
+    def input_format(self, backbone, vocab):
+        return input_format("xlnet", vocab)
+
+    def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
+        out = backbone(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask, mems=mems)
+        return out.hidden, out.mems
+
+
+@register_adapter("gpt")
+class GPTAdapter(BackboneAdapter):
+    """GPT-1 (``GPTLMHeadModel``): ``<start> A <delim> B <extract>`` with three new token embeddings
+    (the last three rows of its special table; added by :meth:`prepare` when missing), padding on the
+    right, the linear head straight on the extract state (seed paper Eq. 3)."""
+
+    pool = False
+    causal = True
+
+    def prepare(self, backbone):
+        if backbone.config.n_special < 3:
+            backbone.add_special_tokens(3 - backbone.config.n_special)
+
+    def input_format(self, backbone, vocab):
+        cfg = backbone.config
+        first = cfg.n_token + cfg.n_special - 3
+        return input_format("gpt", vocab, [first, first + 1, first + 2])
+
+    def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
+        return backbone(input_ids, attention_mask=attention_mask, return_logits=False).hidden, None
+
+    def lm_log_probs(self, backbone, hidden, targets):
+        return backbone.target_log_probs(hidden, targets)
+
+
+@dataclass
+class EosFormat(InputFormat):
+    """A word-level language model's format: ``A <eos> (B <eos>)``, the last ``<eos>`` summarising the
+    sequence (a causal model's last state has read every token), padding on the right, no token types."""
+
+    eos_id: int
+    pad_id: int = 0
+
+    def pack(self, segments: Sequence[list[int]]) -> Packed:
+        ids, starts = [], []
+        for seg in segments:
+            starts.append(len(ids))
+            ids += [*seg, self.eos_id]
+        return Packed(ids, None, len(ids) - 1, tuple(starts))
+
+
+@register_adapter("transformer_xl")
+class TransformerXLAdapter(BackboneAdapter):
+    """Transformer-XL (``TransformerXLLMHeadModel``) with its word-level vocabulary: :class:`EosFormat`
+    (the vocabulary's ``<eos>`` as delimiter and summary), causal attention with memory (its forward
+    takes no padding mask: right padding only ever follows the real tokens)."""
+
+    causal = True
+    memory = True
+
+    def input_format(self, backbone, vocab):
+        eos = getattr(vocab, "index", {}).get(EOS)
+        if eos is None:
+            raise ConfigError("the Transformer-XL checkpoint's vocabulary has no <eos> token for the task format",
+                              "fine-tune a checkpoint trained on a word-level corpus with end-of-line tokens (ptb, wikitext)")
+        return EosFormat(eos_id=eos, pad_id=eos)
+
+    def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
+        out = backbone(input_ids, mems=mems, ext_len=0)
+        return out.hidden, out.mems
+
+    def lm_log_probs(self, backbone, hidden, targets):
+        flat = backbone.crit.target_log_prob(hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1))
+        return flat.view(targets.shape)
+
+
+@dataclass
+class HeadConfig(Config):
+    """A task head."""
+
+    kind: HeadKind = "classification"
+    """classification (c labels), regression (one score), multiple_choice (a score per choice) or
+    span (start and end scores per token)."""
+    n_labels: int = 2
+    """Output size c of a classification head (1 for regression; ignored by multiple choice and span)."""
+    d_model: int = 256
+    """Width d of the backbone's states."""
+    pool: bool = True
+    """dense + tanh on the summary state before the output layer (BERT/XLNet); GPT-1 has none."""
+    dropout: float = 0.1
+    """Dropout on the summary state before the output layer."""
+    answerability: bool = False
+    """Span heads: also score whether the question has an answer (SQuAD 2.0, XLNet's head)."""
+
+    def __post_init__(self):
+        if self.kind == "classification" and self.n_labels < 2:
+            raise ValueError(f"a classification head needs n_labels >= 2, got {self.n_labels}")
+        if self.kind == "regression" and self.n_labels != 1:
+            raise ValueError(f"a regression head has n_labels 1, got {self.n_labels}")
+        if self.d_model < 1 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"d_model ({self.d_model}) must be >= 1 and dropout ({self.dropout}) in [0, 1)")
+        if self.answerability and self.kind != "span":
+            raise ValueError("answerability is a span head's option")
+
+
+@dataclass
+class TaskOutput:
+    """What a :class:`FineTuneModel` returns (no loss: objectives/task.py computes it)."""
+
+    logits: Tensor | None = None
+    """[b, c] class scores, [b] regression scores, [b, k] choice scores; None for span heads."""
+    start_logits: Tensor | None = None
+    """[b, t] span start scores (positions outside the context and its summary token: -1e9)."""
+    end_logits: Tensor | None = None
+    """[b, t] span end scores."""
+    answer_logits: Tensor | None = None
+    """[b] answerability scores (logit of "has an answer in this window")."""
+    hidden: Tensor | None = None
+    """[b·k, t, d] last-layer states of the final segment (the auxiliary LM reads them)."""
+
+
+def _gather(hidden: Tensor, index: Tensor) -> Tensor:
+    """hidden [n, t, d] at index [n] -> [n, d]."""
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
+
+
+class TaskHead(nn.Module):
+    """The head of :class:`HeadConfig` (module docstring).
+
+    ``head(hidden, summary_index, context_mask=None) -> TaskOutput``
+
+    Shapes: hidden [b·k, t, d]; summary_index [b, k]; context_mask [b, t] (span) ->
+    see :class:`TaskOutput`.
+    """
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        self.config = cfg
+        d = cfg.d_model
+        self.pooler = nn.Linear(d, d) if cfg.pool and cfg.kind != "span" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        out = {"classification": cfg.n_labels, "regression": 1, "multiple_choice": 1, "span": 2}[cfg.kind]
+        self.out = nn.Linear(d, out)
+        if cfg.answerability:
+            self.answer = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, 0.0, std)
+                nn.init.zeros_(module.bias)
+
+    def forward(self, hidden: Tensor, summary_index: Tensor, context_mask: Tensor | None = None) -> TaskOutput:
+        cfg = self.config
+        b, k = summary_index.shape
+        summary = _gather(hidden, summary_index.reshape(-1)).view(b, k, -1)            # [b, k, d]
+        if cfg.kind == "span":
+            start, end = self.out(self.drop(hidden)).float().unbind(-1)                # [b, t] each
+            keep = torch.zeros_like(start, dtype=torch.bool)
+            keep[torch.arange(b, device=keep.device), summary_index[:, 0]] = True      # "no answer here"
+            if context_mask is not None:
+                keep |= context_mask.bool()
+            answer = self.answer(summary[:, 0]).squeeze(-1).float() if cfg.answerability else None
+            return TaskOutput(start_logits=start.masked_fill(~keep, _NEG), end_logits=end.masked_fill(~keep, _NEG),
+                              answer_logits=answer, hidden=hidden)
+        if cfg.kind != "multiple_choice":
+            summary = summary.sum(1, keepdim=True)     # similarity: both orders' states added (GPT-1 §3.3)
+        if self.pooler is not None:
+            summary = torch.tanh(self.pooler(summary))
+        logits = self.out(self.drop(summary))                                          # [b, 1 or k, c]
+        if cfg.kind == "multiple_choice":
+            logits = logits.squeeze(-1)                                                # [b, k]
+        elif cfg.kind == "regression":
+            logits = logits.view(b)
+        else:
+            logits = logits.squeeze(1)                                                 # [b, c]
+        return TaskOutput(logits=logits, hidden=hidden)
+
+
+@dataclass
+class FineTuneConfig(Config):
+    """A backbone with a task head, and the input settings its predictions depend on."""
+
+    task: str = ""
+    """Task name (genfeat.tasks.TASKS) the head was trained for."""
+    backbone: str = "bert"
+    """genfeat architecture of the backbone (hub.ARCHITECTURES), with a registered adapter."""
+    backbone_config: dict[str, Any] = field(default_factory=dict)
+    """The backbone's own config fields (as its checkpoint's config.json ``model``)."""
+    head: HeadConfig = field(default_factory=HeadConfig)
+    """The task head."""
+    max_len: int = 128
+    """Longest input sequence in tokens, special tokens included."""
+    doc_stride: int = 128
+    """Span tasks: tokens between the starts of consecutive context windows."""
+    max_segments: int = 1
+    """Backbones with memory: texts longer than max_len are read as up to this many segments, the
+    earlier ones as memory (1: truncate, as BERT and GPT always do)."""
+
+    def __post_init__(self):
+        if not self.task:
+            raise ValueError("FineTuneConfig.task is empty")
+        if self.max_len < 4 or self.doc_stride < 1 or self.max_segments < 1:
+            raise ValueError(f"max_len ({self.max_len}) must be >= 4, doc_stride ({self.doc_stride}) and "
+                             f"max_segments ({self.max_segments}) >= 1")
+
+
+class FineTuneModel(nn.Module):
+    """Backbone + adapter + task head.
+
+    ``model(input_ids, attention_mask=None, token_type_ids=None, summary_index=None, context_mask=None,
+    memory_ids=None) -> TaskOutput``
+
+    Args (a :func:`genfeat.tasks.collate` batch without its labels):
+        input_ids, attention_mask, token_type_ids: [b, k, t] the (last) segment of every sequence.
+        summary_index: [b, k] position of each sequence's summary token.
+        context_mask: [b, t] span windows: True at context tokens.
+        memory_ids: [b, k, s, u] earlier segments of every sequence, read first (in order, all of u
+            tokens, no padding) and kept as memory (adapters with ``memory`` only).
+    """
+
+    def __init__(self, cfg: FineTuneConfig, backbone: nn.Module | None = None):
+        super().__init__()
+        from ..hub import build_model
+
+        self.adapter = get_adapter(cfg.backbone)
+        if backbone is None:
+            backbone = build_model(cfg.backbone, cfg.backbone_config)
+        if cfg.backbone == "xlnet":
+            # fine-tuning reads sequences forwards, and the memory keeps whole earlier segments
+            backbone.config = dataclasses.replace(backbone.config, bi_data=False, reuse_len=None)
+        if cfg.max_segments > 1 and self.adapter.memory:
+            # the last segment sees every earlier one
+            need = (cfg.max_segments - 1) * cfg.max_len
+            backbone.config = dataclasses.replace(backbone.config, mem_len=max(backbone.config.mem_len, need))
+        self.adapter.prepare(backbone)
+        self.backbone = backbone
+        self.head = TaskHead(cfg.head)
+        self.head.reset_parameters(getattr(backbone.config, "init_std", 0.02))
+        self.config = dataclasses.replace(cfg, backbone_config=to_dict(backbone.config))
+
+    def input_format(self, vocab) -> InputFormat:
+        return self.adapter.input_format(self.backbone, vocab)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                summary_index: Tensor | None = None, context_mask: Tensor | None = None,
+                memory_ids: Tensor | None = None) -> TaskOutput:
+        b, k, t = input_ids.shape
+        flat = [None if x is None else x.reshape(b * k, -1) for x in (input_ids, attention_mask, token_type_ids)]
+        mems = None
+        if memory_ids is not None and memory_ids.shape[2]:
+            if not self.adapter.memory:
+                raise ConfigError(f"the {self.config.backbone} backbone reads no earlier segments",
+                                  "set max_segments 1 (long texts are truncated)")
+            segments = memory_ids.reshape(b * k, memory_ids.shape[2], -1)
+            for i in range(segments.shape[1]):
+                _, mems = self.adapter.hidden(self.backbone, segments[:, i], None,
+                                              _memory_types(flat[2], segments.shape[2]), mems)
+        hidden, _ = self.adapter.hidden(self.backbone, *flat, mems)
+        if summary_index is None:
+            summary_index = torch.full((b, k), t - 1, device=input_ids.device)
+        return self.head(hidden, summary_index, context_mask)
+
+
+def _memory_types(types: Tensor | None, length: int) -> Tensor | None:
+    """Segment ids of an earlier segment: text A's (0), where the final segment has segment ids."""
+    return None if types is None else torch.zeros(types.shape[0], length, dtype=types.dtype, device=types.device)
+
+

@@ -1,0 +1,183 @@
+"""Task heads on every backbone (genfeat.models.heads) and the target losses (genfeat.objectives.task):
+padding does not change a prediction, similarity is symmetric in its two orders, multiple-choice scores
+follow their choices, memory segments equal full-context reading (Transformer-XL), only the head and
+GPT's special tokens are new parameters, span scores stay inside the context, and the losses are sums
+with counts that backpropagate into head and backbone."""
+
+import pytest
+import torch
+
+from genfeat.data.vocab import SymbolVocab
+from genfeat.errors import ConfigError
+from genfeat.hub import build_model
+from genfeat.models.heads import ADAPTERS, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter, register_adapter
+from genfeat.objectives.task import TaskLMObjective, TaskObjective
+from genfeat.tasks.transforms import BertFormat, Encoded, GPTFormat, Packed, XLNetFormat, collate
+
+TINY = {
+    "bert": {"n_token": 50, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 32, "max_position": 32,
+             "dropout": 0.0, "dropatt": 0.0},
+    "xlnet": {"n_token": 50, "d_model": 16, "n_layer": 2, "n_head": 2, "d_head": 8, "d_inner": 32, "dropout": 0.0,
+              "dropatt": 0.0},
+    "gpt": {"n_token": 50, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 32, "max_position": 32,
+            "dropout": 0.0, "dropemb": 0.0, "dropatt": 0.0},
+    "transformer_xl": {"n_token": 50, "d_model": 16, "n_layer": 2, "n_head": 2, "d_head": 8, "d_inner": 32,
+                       "dropout": 0.0, "mem_len": 0},
+}
+FORMATS = {"bert": BertFormat(cls_id=1, sep_id=2), "xlnet": XLNetFormat(cls_id=1, sep_id=2),
+           "transformer_xl": None}
+
+
+def make(backbone: str, kind: str = "classification", n_labels: int = 3, **extra) -> FineTuneModel:
+    torch.manual_seed(0)
+    head = HeadConfig(kind=kind, n_labels=n_labels, d_model=16, pool=get_adapter(backbone).pool, dropout=0.0, **extra)
+    return FineTuneModel(FineTuneConfig(task="t", backbone=backbone, backbone_config=TINY[backbone], head=head,
+                                        max_len=32)).eval()
+
+
+def fmt_of(model: FineTuneModel):
+    if model.config.backbone == "gpt":
+        return model.input_format(None)
+    if model.config.backbone == "transformer_xl":
+        vocab = SymbolVocab(["<eos>"] + [f"w{i}" for i in range(49)], "word")
+        return model.input_format(vocab)
+    return FORMATS[model.config.backbone]
+
+
+def encoded(fmt, pairs, label=None) -> Encoded:
+    return Encoded([fmt.pack(p) for p in pairs], label)
+
+
+A, B, C = [5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16, 17, 18, 19, 20, 21, 22]
+
+
+@pytest.mark.parametrize("backbone", sorted(TINY))
+def test_padding_does_not_change_a_prediction(backbone):
+    model = make(backbone)
+    fmt = fmt_of(model)
+    short, long = encoded(fmt, [[A]], 0), encoded(fmt, [[C, B]], 1)
+    alone = model(**{k: v for k, v in collate([short], fmt).items() if k != "labels"}).logits
+    padded = model(**{k: v for k, v in collate([short, long], fmt).items() if k != "labels"}).logits
+    assert padded.shape == (2, 3)
+    torch.testing.assert_close(padded[0], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backbone", ["bert", "gpt"])
+def test_similarity_is_symmetric_and_multiple_choice_follows_choices(backbone):
+    model = make(backbone)
+    fmt = fmt_of(model)
+    both = collate([encoded(fmt, [[A, B], [B, A]])], fmt)
+    swapped = collate([encoded(fmt, [[B, A], [A, B]])], fmt)
+    torch.testing.assert_close(model(**both).logits, model(**swapped).logits)
+    mc = make(backbone, "multiple_choice")
+    choices = [[A, B], [A, C], [B, C]]
+    scores = mc(**collate([encoded(fmt, choices)], fmt)).logits
+    permuted = mc(**collate([encoded(fmt, [choices[i] for i in (2, 0, 1)])], fmt)).logits
+    assert scores.shape == (1, 3)
+    torch.testing.assert_close(permuted[0], scores[0, [2, 0, 1]])
+
+
+def test_transformer_xl_memory_segments_equal_full_context():
+    model = make("transformer_xl")
+    model.backbone.config = type(model.backbone.config)(**{**TINY["transformer_xl"], "mem_len": 16})
+    fmt = fmt_of(model)
+    head, tail = list(range(3, 11)), [11, 12, 13]
+    full = collate([encoded(fmt, [[[*head, *tail]]])], fmt)
+    split = collate([encoded(fmt, [[tail]])], fmt)
+    split["memory_ids"] = torch.tensor(head)[None, None, None]                  # [b=1, k=1, s=1, u=8]
+    torch.testing.assert_close(model(**split).logits, model(**full).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_bert_refuses_memory_and_unknown_backbone_names_the_fix():
+    model = make("bert")
+    fmt = fmt_of(model)
+    batch = collate([encoded(fmt, [[A]])], fmt)
+    batch["memory_ids"] = torch.ones(1, 1, 1, 4, dtype=torch.long)
+    with pytest.raises(ConfigError, match="max_segments 1"):
+        model(**batch)
+    with pytest.raises(ConfigError, match="register_adapter"):
+        get_adapter("no_such_backbone")
+
+
+def test_adapter_registry_is_open():
+    @register_adapter("test_only_arch")
+    class Dummy(ADAPTERS["bert"].__class__):
+        pool = False
+
+    try:
+        assert isinstance(get_adapter("test_only_arch"), Dummy)
+    finally:
+        ADAPTERS.pop("test_only_arch")
+
+
+def test_gpt_new_parameters_are_the_head_and_three_special_tokens():
+    torch.manual_seed(0)
+    backbone = build_model("gpt", TINY["gpt"])
+    before = {k: v.clone() for k, v in backbone.state_dict().items()}
+    head = HeadConfig(kind="classification", n_labels=2, d_model=16, pool=False)
+    model = FineTuneModel(FineTuneConfig(task="t", backbone="gpt", backbone_config=TINY["gpt"], head=head), backbone)
+    fmt = model.input_format(None)
+    assert isinstance(fmt, GPTFormat) and (fmt.start_id, fmt.delim_id, fmt.extract_id) == (50, 51, 52)
+    new = {k for k in model.state_dict()} - {f"backbone.{k}" for k in before}
+    assert new == {"backbone.special_emb.weight", "head.out.weight", "head.out.bias"}
+    assert all(torch.equal(model.state_dict()[f"backbone.{k}"], v) for k, v in before.items())
+    # a reloaded fine-tuned config has the three special rows already: no new ones
+    again = FineTuneModel(model.config)
+    assert again.backbone.config.n_special == 3
+
+
+def test_losses_are_sums_with_counts_and_reach_backbone_and_head():
+    model = make("bert").train()
+    fmt = fmt_of(model)
+    batch = collate([encoded(fmt, [[A]], 0), encoded(fmt, [[B, C]], 2)], fmt)
+    out = TaskObjective("classification")(model, batch)
+    assert out.count == 2 and out.logs["correct"] in (0.0, 1.0, 2.0)
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    torch.testing.assert_close(out.loss_sum, torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum"))
+    out.loss_sum.backward()
+    assert model.head.out.weight.grad.abs().sum() > 0
+    assert model.backbone.bert.word_emb.weight.grad.abs().sum() > 0
+
+    reg = make("bert", "regression", 1)
+    batch["labels"] = torch.tensor([0.5, 3.0])
+    out = TaskObjective("regression")(reg, batch)
+    pred = reg(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    torch.testing.assert_close(out.loss_sum, ((pred - batch["labels"]) ** 2).sum())
+
+
+def test_auxiliary_lm_scores_real_next_tokens_only():
+    model = make("gpt")
+    fmt = fmt_of(model)
+    batch = collate([encoded(fmt, [[A]], 0), encoded(fmt, [[C, B]], 1)], fmt)
+    out = TaskLMObjective()(model, batch)
+    lengths = batch["attention_mask"].sum((1, 2))
+    assert out.count == int((lengths - 1).sum())
+    logits = model.backbone(batch["input_ids"][0, :, :lengths[0]]).logits[0]       # example 0 alone, no padding
+    ref = -torch.log_softmax(logits[:-1], -1).gather(1, batch["input_ids"][0, 0, 1:lengths[0], None]).sum()
+    ex0 = TaskLMObjective()(model, {k: v[:1, ..., :lengths[0]] if v.dim() == 3 else v[:1] for k, v in batch.items()})
+    torch.testing.assert_close(ex0.loss_sum, ref, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ConfigError, match="aux_lm_weight"):
+        TaskLMObjective()(make("bert"), collate([encoded(FORMATS["bert"], [[A]], 0)], FORMATS["bert"]))
+
+
+def test_span_scores_stay_in_the_context_and_answerability_is_learned_from_the_summary():
+    model = make("xlnet", "span", 0, answerability=True)
+    fmt = fmt_of(model)
+    packed = fmt.pack([C, B])                      # context first for XLNet
+    offsets = [(i, i + 1) if i < len(C) else None for i in range(len(packed.ids))]
+    item = Encoded([packed], None, False, 0, 2, 4, offsets, [o is not None for o in offsets])
+    none = Encoded([packed], None, False, 0, packed.summary, packed.summary, offsets, [o is not None for o in offsets])
+    batch = collate([item, none], fmt)
+    out = model(**{k: v for k, v in batch.items() if k not in ("start_positions", "end_positions")})
+    allowed = batch["context_mask"].clone()
+    allowed[torch.arange(2), batch["summary_index"][:, 0]] = True
+    assert (out.start_logits[~allowed] == -1e9).all() and (out.start_logits[allowed] > -1e8).all()
+    assert out.answer_logits.shape == (2,)
+    loss = TaskObjective("span")(model, batch)
+    assert loss.count == 2 and torch.isfinite(loss.loss_sum)
+
+
+def test_packed_summary_positions():
+    fmt = fmt_of(make("transformer_xl"))
+    p = fmt.pack([[4, 5], [6]])
+    assert isinstance(p, Packed) and p.ids == [4, 5, 0, 6, 0] and p.summary == 4 and p.starts == (0, 3)
