@@ -106,8 +106,9 @@ def word_tokens(text: str) -> list[tuple[str, int, int]]:
     """Words, numbers and single punctuation marks of ``text`` with their character offsets.
 
     Numbers keep inner separators ("1,000", "3.5", "10:30"); words keep inner apostrophes and hyphens
-    ("Notre-Dame", "don't"). The same tokens are what the question generator reads (see
-    :mod:`genfeat.models.question_gen`).
+    ("Notre-Dame", "don't"). Case is kept (the fallback rules read capitalisation); chunks are returned
+    as character spans, so they map onto any other tokenisation (genfeat.data.question_gen maps them
+    onto the words of genfeat.data.gdan).
 
     Returns:
         ``[(token, start, end), ...]`` with ``text[start:end] == token``.
