@@ -3,7 +3,8 @@
 Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM figures of a
 checkpoint on a corpus), ``generate`` (top-k sampling with memory reuse), ``recl`` (relative
 effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format),
-``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer for pretraining).
+``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer for pretraining), ``zero-shot``
+(GPT-1's zero-shot heuristic for a causal LM checkpoint).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
 ``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
@@ -116,10 +117,33 @@ def _load_lm(path: str, device: str = "cpu"):
     return model.to(target), vocab
 
 
+def cmd_evaluate_task(args: argparse.Namespace) -> None:
+    """``evaluate --task``: a fine-tuned checkpoint's task metrics (genfeat.methods.finetune.evaluate_task)."""
+    from .methods.finetune import evaluate_task
+
+    lm_only = [flag for flag, value in (("--data", args.data), ("--tgt-len", args.tgt_len), ("--mem-len", args.mem_len))
+               if value is not None]
+    if lm_only:
+        raise ConfigError(f"{', '.join(lm_only)} belong(s) to language-model evaluation, not to --task",
+                          "drop them, or drop --task to score a language model")
+    _require(args, batch_size=(1, "pass --batch-size 1 or more"), max_examples=(0, "pass 0 (all) or more"))
+    result = evaluate_task(args.checkpoint, args.task, args.split, args.predictions, batch_size=args.batch_size or 64,
+                           device=args.device, max_examples=args.max_examples)
+    _emit(result, args.json, _fmt(result))
+
+
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     import torch
 
     _no_extra(extra)
+    if args.task is not None:
+        return cmd_evaluate_task(args)
+    missing = [flag for flag, value in (("--data", args.data), ("--tgt-len", args.tgt_len), ("--mem-len", args.mem_len))
+               if value is None]
+    if missing:
+        raise ConfigError(f"evaluate needs {', '.join(missing)} to score a language model",
+                          "pass them, or --task NAME to score a fine-tuned checkpoint")
+    args.batch_size = 1 if args.batch_size is None else args.batch_size
     _require(args, tgt_len=(1, "pass a segment length of 1 or more"),
              mem_len=(0, "pass a memory length of 0 (no memory) or more"),
              clamp_len=(-1, "pass -1 (no clamping) or a distance >= 0"),
@@ -220,6 +244,31 @@ def cmd_tokenizer_train(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, f"wrote a {len(vocab)}-type {args.kind} tokenizer to {args.out}")
 
 
+def cmd_zero_shot(args: argparse.Namespace, extra: list[str]) -> None:
+    from .eval.zero_shot import CAUSAL_ARCHITECTURES, ZeroShotEvaluator
+    from .framework.trainer import resolve_device
+    from .hub import architecture_of, load_checkpoint
+
+    _no_extra(extra)
+    _require(args, batch_size=(1, "pass --batch-size 1 or more"), max_examples=(0, "pass 0 (all) or more"))
+    model, vocab = load_checkpoint(args.checkpoint)
+    arch = architecture_of(model)
+    if arch not in CAUSAL_ARCHITECTURES or vocab is None:
+        raise ConfigError(f"checkpoint '{args.checkpoint}' holds a {arch} model{'' if vocab else ' without a vocabulary'}"
+                          ", which the zero-shot heuristic cannot score",
+                          f"pass a causal language model with its vocabulary ({', '.join(CAUSAL_ARCHITECTURES)})")
+    model.to(resolve_device(args.device, "--device"))
+    t0 = time.time()
+    evaluator = ZeroShotEvaluator(vocab, args.task, args.split, limit=args.max_examples,
+                                  max_len=getattr(model.config, "max_position", None), batch_size=args.batch_size)
+    figures = evaluator(model)
+    result = {"task": args.task, "split": args.split, "accuracy": figures["zero_shot_accuracy"],
+              "positive_rate": figures["zero_shot_positive_rate"], "examples": figures["zero_shot_examples"],
+              "seconds": time.time() - t0}
+    _emit(result, args.json, f"zero-shot {args.task} {args.split}: accuracy {result['accuracy']:.4f} "
+                             f"on {result['examples']} examples")
+
+
 def _no_extra(extra: list[str]) -> None:
     if extra:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
@@ -245,17 +294,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
 
-    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face)",
+    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face), "
+                                                         "or task metrics of a fine-tuned one (--task)",
                        epilog=f"The output's oov_rate is the share of the data's tokens (all of them, before "
                               f"--max-tokens) outside the checkpoint's vocabulary; above {OOV_WARN_RATE:.0%} a warning "
-                              "goes to stderr.")
+                              "goes to stderr. With --task the JSON holds the task's metrics, examples and seconds.")
     e.add_argument("--checkpoint", required=True)
-    e.add_argument("--data", required=True, help="corpus[:split], a text file or a .npy of token ids")
-    e.add_argument("--tgt-len", type=int, required=True)
-    e.add_argument("--mem-len", type=int, required=True)
+    e.add_argument("--data", default=None, help="LM: corpus[:split], a text file or a .npy of token ids")
+    e.add_argument("--tgt-len", type=int, default=None, help="LM: segment length")
+    e.add_argument("--mem-len", type=int, default=None, help="LM: memory length")
+    e.add_argument("--task", default=None, help="score a fine-tuned checkpoint on this task (genfeat.tasks.TASKS)")
+    e.add_argument("--split", default="dev", help="--task: the split to score (default dev)")
+    e.add_argument("--predictions", default=None,
+                   help="--task: write one prediction per example here (GLUE submission TSV; SQuAD JSON)")
+    e.add_argument("--max-examples", type=int, default=0, help="--task: score only the first N examples (0: all)")
     e.add_argument("--clamp-len", type=int, default=None,
                    help="relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
-    e.add_argument("--batch-size", type=int, default=1, help="contiguous streams (default 1: one stream)")
+    e.add_argument("--batch-size", type=int, default=None,
+                   help="LM: contiguous streams (default 1: one stream); --task: examples per batch (default 64)")
     e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0: all)")
     e.add_argument("--threads", type=int, default=0)
     e.add_argument("--device", **device_kw)
@@ -307,6 +363,18 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--out", required=True, help="folder for tokenizer.json/vocab.txt or spiece.model")
     tt.add_argument("--json", action="store_true")
     tt.set_defaults(fn=cmd_tokenizer_train)
+
+    z = sub.add_parser("zero-shot", parents=[common], help="GPT-1's zero-shot heuristic for a causal LM checkpoint "
+                                                           "(genfeat.eval.zero_shot)")
+    z.add_argument("--checkpoint", required=True, help="a gpt, lstm_lm or transformer_xl checkpoint (or Hugging Face "
+                                                       "OpenAI GPT directory) with its vocabulary")
+    z.add_argument("--task", required=True, choices=["sst2"])
+    z.add_argument("--split", default="dev")
+    z.add_argument("--max-examples", type=int, default=0, help="score the first N examples (0: all)")
+    z.add_argument("--batch-size", type=int, default=32)
+    z.add_argument("--device", **device_kw)
+    z.add_argument("--json", action="store_true")
+    z.set_defaults(fn=cmd_zero_shot)
     return p
 
 

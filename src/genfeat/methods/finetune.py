@@ -1,0 +1,544 @@
+"""Fine-tuning a pretrained backbone on a target task (thesis §1.4, the L_t half; GPT-1 §3.2; Table 2.19).
+
+Recipe: ``method: finetune`` plus the fields of :class:`FineTuneRecipe`:
+
+- ``init``: a genfeat checkpoint directory (``runs/<pretraining recipe>/final``, as ``genfeat run``
+  writes it) or a Hugging Face model directory with its tokenizer files; or none, for the
+  no-pretraining row: a randomly initialised ``backbone`` of the ``model`` section's size, with a
+  tokenizer trained on the task's training texts (or ``tokenizer``). A fine-tuned checkpoint may be
+  the init too (its backbone is taken, the head replaced).
+- ``data``: the task (genfeat.tasks.TASKS), its splits, max_len/doc_stride and, for backbones with
+  memory (XLNet, Transformer-XL), ``max_segments`` > 1 to read texts longer than max_len in segments.
+- ``aux_lm_weight`` λ: GPT-1's L3 = L2 + λ·L1 (Eq. 5), the LM loss on the task inputs through the
+  backbone's own LM head, as a joint schedule (framework/schedule.py ``joint``) of two weighted terms.
+- ``optim``, ``train``, ``steps`` or ``epochs``; evaluation on the dev split every ``train.eval_every``
+  steps, keeping the parameters of the best ``dev_<main metric>`` (``keep_best``).
+
+Two phases (pretraining then fine-tuning) are two recipes: ``genfeat run recipes/bert/pretrain.yaml``
+writes ``runs/pretrain/final``; a fine-tuning recipe with ``init: runs/pretrain/final`` continues
+from it (recipes/finetune/*_bert.yaml do exactly that).
+
+Long inputs: BERT and GPT cut a text to max_len (longest segment first, GPT-1/BERT's rule) and the
+result counts the examples cut (``train_truncated``, ``dev_truncated``). XLNet and Transformer-XL with
+``max_segments`` > 1 read the first ⌊n/u⌋ (at most max_segments - 1) full segments of u tokens of the
+long text (the single text; a RACE passage) into memory, then the final segment as usual with the
+text's last tokens and its summary token, whose state is classified. Tokens between the memory and
+the final segment (when max_segments caps the memory) and a text shorter than u but longer than the
+final segment's room lose their beginning; such examples count as truncated.
+
+Span tasks whose training split holds unanswerable questions (SQuAD 2.0) get XLNet's answerability
+head; an example is answered "" when no window's answerability logit is positive.
+
+Result: ``dev_<metric>`` for every metric of the task (the first is the main one), ``test_<metric>``
+when the task's test split is labelled (IMDB, RACE, the SQuAD article split), example and
+truncation counts, ``steps``, ``train_seconds``, ``new_params`` (the head's and special tokens'
+parameters). ``genfeat run RECIPE --seeds 3 --json`` adds ``<key>_mean`` / ``<key>_std``.
+The fine-tuned model is saved to OUT/final (architecture ``finetune``: backbone, head, task name,
+max_len, doc_stride) with its tokenizer; ``genfeat evaluate --checkpoint OUT/final --task NAME``
+scores it again (:func:`evaluate_task`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import Config, to_dict
+from ..errors import CheckpointError, ConfigError
+from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
+from ..framework.checkpoint import resume_dir
+from ..framework.trainer import to_device
+from ..hub import VOCAB_FILE, architecture_of, build_model, checkpoint_config, load_checkpoint, save_pretrained
+from ..io import write_json_atomic
+from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
+from ..objectives.task import TaskLMObjective, TaskObjective, model_inputs
+from ..runner import register_method
+from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
+from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
+
+
+@dataclass
+class FineTuneDataConfig(Config):
+    """The task, its splits and how examples become model inputs."""
+
+    task: str = "sst2"
+    """Task name (genfeat.tasks.TASKS: sst2, mrpc, stsb, cola, rte, imdb, race, squad_split, ...)."""
+    train_split: str = "train"
+    dev_split: str = "dev"
+    """Split evaluated during training (the keep_best metric) and reported as ``dev_*``."""
+    test_split: str | None = None
+    """Split reported as ``test_*`` at the end when it is labelled (None: none)."""
+    max_train_examples: int = 0
+    """Train on a seeded random subset of this many examples (the same for every run seed; 0: all)."""
+    max_eval_examples: int = 0
+    """Score only the first this many dev/test examples (0: all)."""
+    batch_size: int = 32
+    """Examples per step."""
+    eval_batch_size: int = 64
+    """Examples (span tasks: windows) per evaluation batch."""
+    max_len: int = 128
+    """Longest input sequence in tokens, special tokens included."""
+    doc_stride: int = 128
+    """Span tasks: tokens between the starts of consecutive context windows."""
+    max_query_len: int = 64
+    """Span tasks: longest question in tokens."""
+    max_segments: int = 1
+    """Backbones with memory: read long texts as up to this many segments (module docstring; 1: truncate)."""
+    squad_seed: int = 0
+    """Seed of the SQuAD article split (squad_split)."""
+
+    def __post_init__(self):
+        if min(self.batch_size, self.eval_batch_size, self.max_segments) < 1:
+            raise ValueError("batch_size, eval_batch_size and max_segments must be >= 1")
+        if self.max_train_examples < 0 or self.max_eval_examples < 0:
+            raise ValueError("max_train_examples and max_eval_examples must be >= 0")
+
+
+@dataclass
+class FineTuneRecipe(Config):
+    """Fine-tuning of a backbone with a task head."""
+
+    init: str | None = None
+    """Checkpoint to start from (genfeat or Hugging Face directory); None: a random ``backbone``."""
+    backbone: str = "bert"
+    """Architecture of the random backbone when ``init`` is None (bert, xlnet, gpt)."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """Config fields of the random backbone when ``init`` is None (n_token comes from the tokenizer)."""
+    tokenizer: str | None = None
+    """Tokenizer folder when ``init`` is None; None: train one on the task's training texts."""
+    vocab_size: int = 4000
+    """Size of the tokenizer trained when ``init`` and ``tokenizer`` are None."""
+    data: FineTuneDataConfig = field(default_factory=FineTuneDataConfig)
+    head_dropout: float = 0.1
+    """Dropout before the head's output layer."""
+    aux_lm_weight: float = 0.0
+    """λ of GPT-1's auxiliary LM loss L1 on the task inputs (0: off; causal backbones only)."""
+    keep_best: bool = True
+    """Restore the parameters of the best dev evaluation at the end (on the task's main metric)."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=5e-5, weight_decay=0.01, warmup_steps=0,
+                                                                   decay="linear"))
+    train: TrainConfig = field(default_factory=TrainConfig)
+    steps: int = 0
+    """Optimizer steps (0: from ``epochs``)."""
+    epochs: float = 3.0
+    """Passes over the training examples when ``steps`` is 0."""
+
+    def __post_init__(self):
+        if self.steps < 0 or self.epochs < 0 or (self.steps == 0 and self.epochs == 0):
+            raise ValueError(f"give steps ({self.steps}) or epochs ({self.epochs}) > 0, neither negative")
+        if self.aux_lm_weight < 0:
+            raise ValueError(f"aux_lm_weight must be >= 0, got {self.aux_lm_weight}")
+        if not 0.0 <= self.head_dropout < 1.0:
+            raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+        if self.init is not None and (self.model or self.tokenizer):
+            raise ConfigError("the recipe sets init and also model/tokenizer",
+                              "drop model and tokenizer: the init checkpoint brings its own")
+
+
+# ------------------------------------------------------------------------------------------- inputs
+@dataclass
+class Item:
+    """An encoded example (or span window) with the earlier segments its sequences read first."""
+
+    encoded: Encoded
+    memory: list[list[int]] = field(default_factory=list)
+    """The s earlier segments of u tokens each, shared by the example's k sequences (text A's head)."""
+
+
+def _head_kind(spec: TaskSpec) -> str:
+    if spec.transform == "span":
+        return "span"
+    if spec.transform == "multiple_choice":
+        return "multiple_choice"
+    return "regression" if spec.regression else "classification"
+
+
+def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segments: int
+                ) -> tuple[Example, list[list[int]], bool]:
+    """Text A of ``example`` as memory segments and a tail (module docstring): the example with A
+    replaced by its tail, the segments, and whether tokens were left out."""
+    fmt, vocab = encoder.fmt, encoder.vocab
+    n_texts = 1 if transform == "single" else 2
+    u = encoder.max_len - fmt.n_special(n_texts)
+    room = u
+    if transform == "multiple_choice":
+        room -= len(vocab.encode(example.texts[1])) + max(len(vocab.encode(c)) for c in example.choices)
+    room = max(room, 1)
+    if hasattr(vocab, "index"):                        # word-level: tokens are whitespace-separated words
+        words = example.texts[0].split()
+        ids = vocab.encode(" ".join(words))
+        if len(ids) != len(words):
+            return example, [], False
+        starts = [0]
+        for w in words[:-1]:
+            starts.append(starts[-1] + len(w) + 1)
+        text = " ".join(words)
+    else:
+        ids, offsets = tokenize_with_offsets(vocab, example.texts[0])
+        starts, text = [o[0] for o in offsets], example.texts[0]
+    n = len(ids)
+    if n <= room:
+        return example, [], False
+    s = min(max_segments - 1, n // u)
+    memory = [ids[i * u:(i + 1) * u] for i in range(s)]
+    tail = text[starts[n - room]:]
+    return replace(example, texts=(tail, *example.texts[1:])), memory, s * u + room < n
+
+
+def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, max_segments: int
+                 ) -> tuple[list[Item], int]:
+    """The items of ``examples`` (span tasks: one per window) and the number of examples cut short."""
+    items, cut = [], set()
+    long_ok = max_segments > 1 and spec.transform in ("single", "multiple_choice")
+    for i, ex in enumerate(examples):
+        memory: list[list[int]] = []
+        if long_ok:
+            ex, memory, lost = _split_long(encoder, ex, spec.transform, max_segments)
+            if lost:
+                cut.add(i)
+        for enc in encoder.encode(ex, spec.transform, i):
+            if enc.truncated and spec.transform != "span":
+                cut.add(i)
+            items.append(Item(enc, memory))
+    return items, len(cut)
+
+
+def collate_items(items: Sequence[Item], fmt: InputFormat) -> dict[str, torch.Tensor]:
+    """:func:`genfeat.tasks.collate` plus ``memory_ids`` [b, k, s, u] when the items have earlier segments
+    (a batch holds items of one segment count: :class:`ItemStream`, :func:`predict`)."""
+    batch = collate([it.encoded for it in items], fmt)
+    if items[0].memory:
+        k = batch["input_ids"].shape[1]
+        memory = torch.tensor([it.memory for it in items])                              # [b, s, u]
+        batch["memory_ids"] = memory[:, None].expand(-1, k, -1, -1)
+    return batch
+
+
+class ItemStream:
+    """Endless, resumable, shuffled batches of items, each batch from items with the same number of
+    earlier segments (so their memory needs no padding). Epoch e's order is drawn from seed + e, so
+    (epoch, index) restores the stream exactly; the last batch of each group may be short.
+
+    Under DDP every batch is split into contiguous per-rank parts (batches smaller than the number of
+    processes are refused by :meth:`shard`)."""
+
+    def __init__(self, items: Sequence[Item], fmt: InputFormat, batch_size: int, seed: int = 0):
+        self.items, self.fmt, self.batch_size, self.seed = items, fmt, batch_size, seed
+        self.epoch, self.index, self.rank, self.world = 0, 0, 0, 1
+        self.groups: dict[int, list[int]] = {}
+        for i, it in enumerate(items):
+            self.groups.setdefault(len(it.memory), []).append(i)
+        self._batches = self._plan(0)
+
+    def _plan(self, epoch: int) -> list[list[int]]:
+        rng = random.Random(self.seed + epoch)
+        batches = []
+        for key in sorted(self.groups):
+            order = list(self.groups[key])
+            rng.shuffle(order)
+            batches += [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        rng.shuffle(batches)
+        return batches
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self.index >= len(self._batches):
+            self.epoch, self.index = self.epoch + 1, 0
+            self._batches = self._plan(self.epoch)
+        ids = self._batches[self.index]
+        self.index += 1
+        part = torch.tensor(ids).tensor_split(self.world)[self.rank].tolist()
+        return collate_items([self.items[i] for i in part], self.fmt)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._batches = self._plan(self.epoch)
+
+    def shard(self, rank: int, world: int) -> None:
+        smallest = min(len(b) for b in self._batches)
+        if smallest < world:
+            raise ConfigError(f"a batch of {smallest} examples cannot be split over {world} processes",
+                              "pick data.batch_size so that every group's last batch has at least one example per process")
+        self.rank, self.world = rank, world
+
+
+# ---------------------------------------------------------------------------------------- prediction
+@torch.no_grad()
+def predict(model: FineTuneModel, items: Sequence[Item], fmt: InputFormat, batch_size: int) -> list[dict[str, Any]]:
+    """The head's outputs for every item, in order, without gradients: ``score`` (class scores [c],
+    a float for regression, choice scores [k]) or span ``start``/``end`` scores over the item's own
+    positions and ``answer`` (answerability logit). Items are batched by length to save padding."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(items)), key=lambda i: (len(items[i].memory), len(items[i].encoded.sequences[0].ids)))
+    out: list[dict[str, Any]] = [{} for _ in items]
+    pos = 0
+    while pos < len(order):
+        chunk = [order[pos]]
+        while (pos + len(chunk) < len(order) and len(chunk) < batch_size
+               and len(items[order[pos + len(chunk)]].memory) == len(items[chunk[0]].memory)):
+            chunk.append(order[pos + len(chunk)])
+        pos += len(chunk)
+        batch = to_device(model_inputs(collate_items([items[i] for i in chunk], fmt)), device)
+        res = model(**batch)
+        for row, i in enumerate(chunk):
+            if res.logits is not None:
+                out[i]["score"] = res.logits[row].float().cpu()
+                continue
+            n = len(items[i].encoded.offsets)
+            sl = slice(res.start_logits.shape[1] - n, None) if fmt.pad_left else slice(0, n)
+            out[i]["start"], out[i]["end"] = res.start_logits[row, sl].cpu(), res.end_logits[row, sl].cpu()
+            if res.answer_logits is not None:
+                out[i]["answer"] = float(res.answer_logits[row])
+    model.train(was_training)
+    return out
+
+
+def predictions(spec: TaskSpec, examples: Sequence[Example], items: Sequence[Item], outputs: Sequence[dict],
+                fmt: InputFormat) -> list:
+    """One prediction per example: a class id, a score, or (span) the answer text ("" when the
+    answerability head says the question has none in any window)."""
+    if spec.transform != "span":
+        preds = [None] * len(examples)
+        for it, o in zip(items, outputs):
+            preds[it.encoded.example] = float(o["score"]) if spec.regression else int(o["score"].argmax())
+        return preds
+    windows: list[list[int]] = [[] for _ in examples]
+    for j, it in enumerate(items):
+        windows[it.encoded.example].append(j)
+    preds = []
+    for ex, js in zip(examples, windows):
+        if "answer" in outputs[js[0]] and max(outputs[j]["answer"] for j in js) < 0:
+            preds.append("")
+            continue
+        preds.append(best_span(ex.texts[1], [items[j].encoded for j in js], [outputs[j]["start"] for j in js],
+                               [outputs[j]["end"] for j in js], fmt))
+    return preds
+
+
+def scores(spec: TaskSpec, examples: Sequence[Example], preds: Sequence) -> dict[str, float]:
+    """The task's metrics of ``preds`` (empty when the split has no labels)."""
+    from ..eval.metrics import squad_scores, task_scores
+
+    if spec.transform == "span":
+        return squad_scores(preds, [[text for text, _ in ex.answers] for ex in examples])
+    if any(ex.label is None for ex in examples):
+        return {}
+    return task_scores(spec.metrics, preds, [ex.label for ex in examples])
+
+
+# --------------------------------------------------------------------------------------------- model
+def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
+    """Refuse a fine-tuned checkpoint whose head cannot serve ``spec`` (another kind or label count)."""
+    head = model.config.head
+    kind = _head_kind(spec)
+    trained = get_task(model.config.task) if model.config.task in TASKS else None
+    if (kind == "classification" and head.kind == kind and head.n_labels == spec.n_labels and trained is not None
+            and trained.labels != spec.labels):
+        raise CheckpointError(f"checkpoint '{path}' predicts the labels {trained.labels} of task '{trained.name}', "
+                              f"task '{spec.name}' has the labels {spec.labels}",
+                              f"evaluate it on '{trained.name}', or fine-tune for '{spec.name}' (init: {path})")
+    if head.kind != kind or (kind == "classification" and head.n_labels != spec.n_labels):
+        have = f"{head.kind} head" + (f" with {head.n_labels} labels" if head.kind == "classification" else "")
+        need = f"{kind} head" + (f" with {spec.n_labels} labels" if kind == "classification" else "")
+        raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{model.config.task}'), task "
+                              f"'{spec.name}' needs a {need}",
+                              f"evaluate it on '{model.config.task}', or fine-tune for '{spec.name}' (init: {path})")
+
+
+def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
+    """Refuse a tokenizer whose size is not the backbone's vocabulary (another model's tokenizer)."""
+    cfg = backbone.config
+    sizes = {cfg.n_token, cfg.n_token + getattr(cfg, "n_special", 0)}
+    if vocab is None:
+        raise CheckpointError(f"'{where}' has no tokenizer (vocab.json, tokenizer.json, vocab.txt or spiece.model)",
+                              "use a checkpoint saved with its tokenizer (genfeat writes it beside every checkpoint)")
+    if len(vocab) not in sizes:
+        raise CheckpointError(f"the tokenizer of '{where}' has {len(vocab)} types but the model's vocabulary has "
+                              f"{cfg.n_token}", "use the tokenizer the model was pretrained with")
+
+
+def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, resume: bool):
+    """``cfg.tokenizer``; else one trained on ``texts`` into OUT/tokenizer (read back when resuming)."""
+    from ..data.tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
+
+    if cfg.tokenizer is not None:
+        return load_tokenizer(cfg.tokenizer)
+    if resume and out_dir is not None and (Path(out_dir) / "tokenizer").is_dir():
+        return load_tokenizer(Path(out_dir) / "tokenizer")
+    kind = {"bert": "wordpiece", "xlnet": "sentencepiece", "gpt": "bpe"}.get(cfg.backbone)
+    if kind is None:
+        raise ConfigError(f"init is none and backbone is {cfg.backbone}, which needs a pretrained vocabulary",
+                          "use backbone bert, xlnet or gpt for a run without pretraining, or name a tokenizer")
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text("\n".join(" ".join(t.split()) for t in texts) + "\n", encoding="utf-8")
+        where = Path(out_dir) / "tokenizer" if out_dir is not None else Path(tmp) / "tokenizer"
+        return train_tokenizer(TokenizerConfig(kind, cfg.vocab_size, lowercase=False), corpus, where)
+
+
+def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: Sequence[Example],
+                          out_dir: Path | None, resume: bool = False) -> tuple[FineTuneModel, Any]:
+    """The backbone of ``cfg.init`` (or a random one with a tokenizer trained on the task) with a new head."""
+    if cfg.init is not None:
+        backbone, vocab = load_checkpoint(cfg.init)
+        if isinstance(backbone, FineTuneModel):
+            backbone = backbone.backbone
+        arch = architecture_of(backbone)
+        check_vocab(backbone, vocab, cfg.init)
+    else:
+        vocab = _train_vocab(cfg, [t for ex in train_examples for t in (*ex.texts, *ex.choices)], out_dir,
+                             resume)
+        arch = cfg.backbone
+        get_adapter(arch)
+        fields = {**cfg.model, "n_token": len(vocab)}
+        if arch == "bert":
+            from ..data.tokenizers import special_ids
+
+            fields["pad_id"] = special_ids(vocab).get("pad")
+        backbone = build_model(arch, fields)
+    head = HeadConfig(kind=_head_kind(spec), n_labels=spec.n_labels,
+                      d_model=backbone.config.d_model, pool=get_adapter(arch).pool, dropout=cfg.head_dropout,
+                      answerability=spec.transform == "span" and any(not ex.answers for ex in train_examples))
+    d = cfg.data
+    ft = FineTuneConfig(task=spec.name, backbone=arch, backbone_config=to_dict(backbone.config), head=head,
+                        max_len=d.max_len, doc_stride=d.doc_stride, max_segments=d.max_segments)
+    return FineTuneModel(ft, backbone), vocab
+
+
+def encoder_for(model: FineTuneModel, vocab, max_query_len: int = 64) -> TaskEncoder:
+    cfg = model.config
+    return TaskEncoder(model.input_format(vocab), vocab, cfg.max_len, cfg.doc_stride, max_query_len)
+
+
+def _subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
+    if not n or n >= len(examples):
+        return examples
+    return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
+
+
+def _warn_truncated(split: str, cut: int, total: int, max_len: int) -> None:
+    if cut:
+        print(f"note: {cut} of {total} {split} examples were cut to max_len {max_len} tokens", file=sys.stderr)
+
+
+@register_method("finetune", FineTuneRecipe)
+def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    d = cfg.data
+    spec = get_task(d.task)
+    train_ex = _subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
+    dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
+    dev_ex = dev_ex[:d.max_eval_examples] if d.max_eval_examples else dev_ex
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    seed_everything(seed)
+    model, vocab = build_model_and_vocab(cfg, spec, train_ex, out_dir, resume)
+    if d.max_len > getattr(model.backbone.config, "max_position", d.max_len):
+        raise ConfigError(f"data.max_len {d.max_len} is longer than the backbone's {model.backbone.config.max_position} "
+                          "positions", "lower data.max_len")
+    encoder = encoder_for(model, vocab, d.max_query_len)
+    fmt = encoder.fmt
+    train_items, train_cut = encode_items(train_ex, spec, encoder, d.max_segments)
+    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, d.max_segments)
+    _warn_truncated("training", train_cut, len(train_ex), d.max_len)
+    if cfg.aux_lm_weight and not model.adapter.causal:
+        raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {model.config.backbone} backbone has no "
+                          "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt and "
+                          "transformer_xl)")
+    steps = cfg.steps or max(1, math.ceil(cfg.epochs * len(train_items) / d.batch_size))
+    terms = [Term(TaskObjective(model.config.head.kind), ItemStream(train_items, fmt, d.batch_size, seed))]
+    if cfg.aux_lm_weight:
+        # a second stream with the same seed yields the same batches: L1 is taken on the inputs of L2
+        terms.append(Term(TaskLMObjective(), ItemStream(train_items, fmt, d.batch_size, seed), cfg.aux_lm_weight))
+    main = spec.metrics[0]
+
+    def evaluate(m, examples=dev_ex, items=dev_items, prefix="dev"):
+        outs = predict(m, items, fmt, d.eval_batch_size)
+        return {f"{prefix}_{k}": v for k, v in scores(spec, examples, predictions(spec, examples, items, outs, fmt)).items()}
+
+    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
+    if cfg.keep_best and train_cfg.early_stop_metric is None:
+        train_cfg = replace(train_cfg, early_stop_metric=f"dev_{main}", early_stop_mode="max", keep_best=True)
+    new_params = sum(p.numel() for p in model.head.parameters())
+    if model.config.backbone == "gpt":
+        new_params += model.backbone.special_emb.weight[-3:].numel()
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    trainer = Trainer(model, joint(terms, steps, cfg.optim, name="finetune"), train_cfg, evaluate=evaluate,
+                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
+                      save_extra=lambda p: vocab.save(p / VOCAB_FILE), resume_from=resume_from)
+    t0 = time.time()
+    result = trainer.fit()
+    train_seconds = time.time() - t0
+    if result.interrupted:
+        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
+    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
+                                 "train_examples": len(train_ex), "train_truncated": train_cut,
+                                 "dev_examples": len(dev_ex), "dev_truncated": dev_cut, "new_params": new_params,
+                                 **evaluate(model)}
+    if d.test_split is not None:
+        test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
+        test_ex = test_ex[:d.max_eval_examples] if d.max_eval_examples else test_ex
+        test_items, test_cut = encode_items(test_ex, spec, encoder, d.max_segments)
+        figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
+                        **evaluate(model, test_ex, test_items, "test")})
+    if out_dir is not None and trainer.dist.is_main:
+        save_pretrained(model, Path(out_dir) / "final", vocab)
+        write_json_atomic(Path(out_dir) / "results.json", figures)
+    return figures
+
+
+# ------------------------------------------------------------------------------------ genfeat evaluate
+def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predictions_file: str | Path | None = None,
+                  batch_size: int = 64, device: str = "cpu", max_examples: int = 0, squad_seed: int = 0) -> dict[str, Any]:
+    """Score a fine-tuned checkpoint on a task split (``genfeat evaluate --task``).
+
+    Returns:
+        The task's metrics (none for an unlabelled split), ``examples``, ``truncated`` and ``seconds``.
+    Raises:
+        CheckpointError: not a fine-tuned checkpoint, a head that cannot serve the task, a tokenizer that
+            does not match the backbone.
+    """
+    from ..framework.trainer import resolve_device
+    from ..tasks.predictions import write_predictions
+
+    t0 = time.time()
+    target = resolve_device(device, "--device")
+    try:
+        model, vocab = load_checkpoint(checkpoint, architecture="finetune")
+    except CheckpointError as e:
+        if "not finetune" in e.cause:
+            raise CheckpointError(f"{e.cause} (no task head)", "fine-tune it first (method: finetune, init: "
+                                  f"{checkpoint}) and evaluate the fine-tuned OUT/final") from None
+        raise
+    spec = get_task(task)
+    check_head(model, spec, checkpoint)
+    check_vocab(model.backbone, vocab, str(checkpoint))
+    examples = load_task(spec, split, seed=squad_seed)
+    examples = examples[:max_examples] if max_examples else examples
+    encoder = encoder_for(model, vocab)
+    items, cut = encode_items(examples, spec, encoder, model.config.max_segments)
+    outs = predict(model.to(target), items, encoder.fmt, batch_size)
+    preds = predictions(spec, examples, items, outs, encoder.fmt)
+    result: dict[str, Any] = dict(scores(spec, examples, preds))
+    if predictions_file is not None:
+        write_predictions(spec, examples, preds, predictions_file)
+    result.update({"task": task, "split": split, "checkpoint": str(checkpoint), "examples": len(examples),
+                   "truncated": cut, "seconds": time.time() - t0})
+    return result
