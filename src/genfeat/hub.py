@@ -28,6 +28,8 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "lstm_lm": ("genfeat.models.lstm_lm", "LSTMLMConfig", "LSTMLMHeadModel"),
     # a backbone of the above with a task head (genfeat.models.heads; method: finetune)
     "finetune": ("genfeat.models.heads", "FineTuneConfig", "FineTuneModel"),
+    # GDAN's question generator G (method: question_gen; genfeat generate-questions)
+    "question_gen": ("genfeat.models.question_gen", "QuestionGenConfig", "QuestionGenerator"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {
