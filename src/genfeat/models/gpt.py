@@ -100,6 +100,8 @@ class GPTOutput:
     """[..., t, V + S] next-token logits; None when the LM head was skipped."""
     mc_logits: Tensor | None = None
     """[b, k] multiple-choice scores (input [b, k, t]) when the model has the head."""
+    target_log_probs: Tensor | None = None
+    """[..., t] log p(labels) when labels were given (:meth:`GPTLMHeadModel.target_log_probs`)."""
     past: KeyValues | None = None
     """Keys and values of the cached and the new tokens (``use_cache``), to pass back as ``past``."""
 
@@ -147,7 +149,7 @@ class GPTLMHeadModel(nn.Module):
     """GPT-1 with the tied LM head (and the multiple-choice head when ``config.mc_head``).
 
     ``model(input_ids, attention_mask=None, token_type_ids=None, mc_token_ids=None, past=None, *,
-    use_cache=False, return_logits=True) -> GPTOutput``
+    labels=None, use_cache=False, return_logits=None) -> GPTOutput``
 
     Args:
         input_ids: [..., t] ids in [0, V + S); with the multiple-choice head [b, k, t], one row per
@@ -159,8 +161,12 @@ class GPTLMHeadModel(nn.Module):
         mc_token_ids: [b, k] position of each choice's extract token (default the last position).
         past: the ``past`` of an earlier output for the same sequences (m cached tokens); the new
             tokens take positions m .. m + t - 1.
+        labels: [..., t] the next token of every position: the output's ``target_log_probs`` are
+            their log-probabilities, the terms of L1 (Eq. 1), as the causal LM objective
+            (genfeat.objectives.causal_lm) asks of a model; not a loss, no shift.
         use_cache: return the keys and values (``past``) for the next call.
-        return_logits: False skips the LM head (logits None), e.g. for features.
+        return_logits: False skips the LM head (logits None), e.g. for features; default (None):
+            True unless ``labels`` are given (their log-probabilities need no [..., t, V + S] logits).
     Returns:
         :class:`GPTOutput`.
     """
@@ -237,8 +243,8 @@ class GPTLMHeadModel(nn.Module):
         return keep
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                mc_token_ids: Tensor | None = None, past: KeyValues | None = None, *, use_cache: bool = False,
-                return_logits: bool = True) -> GPTOutput:
+                mc_token_ids: Tensor | None = None, past: KeyValues | None = None, *, labels: Tensor | None = None,
+                use_cache: bool = False, return_logits: bool | None = None) -> GPTOutput:
         cfg = self.config
         shape, t = input_ids.shape, input_ids.shape[-1]
         m = 0 if past is None else past[0][0].shape[2]
@@ -262,8 +268,11 @@ class GPTLMHeadModel(nn.Module):
         mc = None
         if cfg.mc_head:
             mc = self.mc_logits(hidden, mc_token_ids)
+        if return_logits is None:
+            return_logits = labels is None
+        target_lp = None if labels is None else self.target_log_probs(hidden, labels)
         return GPTOutput(hidden=hidden, logits=F.linear(hidden, table) if return_logits else None, mc_logits=mc,
-                         past=tuple(present) if use_cache else None)
+                         past=tuple(present) if use_cache else None, target_log_probs=target_lp)
 
     def mc_logits(self, hidden: Tensor, mc_token_ids: Tensor | None) -> Tensor:
         """The multiple-choice head (seed paper Eq. 3 before the softmax over choices): a linear score

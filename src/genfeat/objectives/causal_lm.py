@@ -27,7 +27,10 @@ class CausalLMObjective(Objective):
             so every earlier token is in the context once (default None: the model's ``ext_len``).
 
     The batch must have ``input`` ([b, t] token ids, or [b, ext_len + t]), ``target`` ([b, t]) and
-    ``new_epoch`` (bool).
+    ``new_epoch`` (bool). The model is called as ``model(input, labels=target)``, plus ``mems=``
+    (the carried memory) with ``recurrence`` and ``ext_len=`` when given, and returns an output with
+    ``target_log_probs`` [b, t] (and ``mems`` with recurrence). Models without memory (GPT-1, the
+    LSTM LM of genfeat.models.lstm_lm) take ``recurrence=False``: every block starts afresh.
     """
 
     name = "lm"
@@ -47,7 +50,9 @@ class CausalLMObjective(Objective):
         if batch.new_epoch or not self.recurrence:
             self.mems = None
         extra = {} if self.ext_len is None else {"ext_len": self.ext_len}
-        out = model(batch.input, mems=self.mems, labels=batch.target, **extra)
+        if self.recurrence:
+            extra["mems"] = self.mems
+        out = model(batch.input, labels=batch.target, **extra)
         if self.recurrence:
             self.mems = out.mems
         log_probs = out.target_log_probs  # [b, t]

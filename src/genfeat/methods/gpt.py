@@ -1,0 +1,199 @@
+"""GPT-1 pretraining (seed paper §3.1): one phase of causal LM (L1, Eq. 1) on contiguous text.
+
+Recipe: ``method: gpt`` plus the fields of :class:`GPTRecipe`. ``architecture`` picks the network:
+``gpt`` (genfeat.models.gpt, the Transformer decoder) or ``lstm_lm`` (genfeat.models.lstm_lm, the
+"LSTM instead of Transformer" row of the seed paper's Table 5); the model section takes the fields
+of its config, ``n_token`` coming from the tokenizer.
+
+Data: the text (a registered corpus split, a file or a folder of documents) is tokenised with a BPE
+tokenizer (GPT-1's, genfeat.data.tokenizers; trained on the training text into OUT/tokenizer when
+none is given), its non-blank lines joined into one stream, and cut into ``batch_size`` contiguous
+rows and those into blocks of ``seq_len`` tokens; a step reads one block of every row, blocks in a
+seeded random order (:class:`~genfeat.data.lm.LMShuffledStream`), each block on its own: the
+model sees at most ``seq_len`` tokens of context, as GPT-1 (no memory across blocks).
+
+Result: ``valid_loss`` is the causal-LM cross-entropy (nats per BPE token) of the held-out text
+read as consecutive blocks of ``seq_len`` tokens, each without earlier context; ``valid_ppl`` its
+exponential. Both models of one tokenizer compare directly; pass the same ``data.tokenizer`` (e.g.
+the OUT/tokenizer of a first run) to compare runs exactly (BPE training breaks ties between equally
+frequent merges in hash order). With ``zero_shot.task`` every evaluation also scores GPT-1's
+zero-shot heuristic (genfeat.eval.zero_shot, seed paper Fig. 2 right) and logs it to metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from ..config import Config, from_dict, to_dict
+from ..data.lm import LMShuffledStream, iter_lm_segments
+from ..errors import ConfigError
+from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework.checkpoint import resume_dir
+from ..framework.trainer import to_device
+from ..hub import ARCHITECTURES, VOCAB_FILE, checkpoint_config, save_pretrained
+from ..io import write_json_atomic
+from ..objectives.causal_lm import CausalLMObjective
+from ..runner import register_method
+from .bert import _token_ids, text_path
+
+
+@dataclass
+class GPTDataConfig(Config):
+    """The pretraining text, its BPE tokenizer and the blocks cut from it."""
+
+    train_text: str = "ptb:train"
+    """Training text: a registered corpus file NAME:SPLIT (ptb:train, wikitext2:train, ...), a text
+    file, or a folder of text files (documents)."""
+    valid_text: str = "ptb:valid"
+    """Held-out text, in the same forms."""
+    tokenizer: str | None = None
+    """A tokenizer folder (``genfeat tokenizer train``, or a Hugging Face tokenizer.json); None: train
+    a BPE tokenizer on ``train_text`` (written to OUT/tokenizer)."""
+    vocab_size: int = 8000
+    """Size of the BPE tokenizer trained when ``tokenizer`` is None."""
+    lowercase: bool = True
+    """Lower-case the text in the tokenizer trained when ``tokenizer`` is None (as GPT-1's)."""
+    seq_len: int = 128
+    """Tokens per block (at most the model's max_position)."""
+    batch_size: int = 8
+    """Blocks per step (the contiguous rows the training text is cut into)."""
+    valid_tokens: int = 0
+    """Evaluate on the first this many held-out tokens during training (0: all); the final figures use all."""
+
+    def __post_init__(self):
+        if self.seq_len < 1 or self.batch_size < 1 or self.valid_tokens < 0 or self.vocab_size < 10:
+            raise ValueError(f"seq_len ({self.seq_len}) and batch_size ({self.batch_size}) must be >= 1, "
+                             f"valid_tokens ({self.valid_tokens}) >= 0 and vocab_size ({self.vocab_size}) >= 10")
+
+
+@dataclass
+class ZeroShotConfig(Config):
+    """GPT-1's zero-shot heuristic scored at every evaluation (genfeat.eval.zero_shot)."""
+
+    task: str | None = None
+    """A task of genfeat.eval.zero_shot.ZERO_SHOT_TASKS (sst2); None: off."""
+    split: str = "dev"
+    """Split of the task scored."""
+    examples: int = 0
+    """Score the first this many examples (0: all)."""
+    batch_size: int = 32
+    """Sequences per forward pass."""
+
+    def __post_init__(self):
+        from ..eval.zero_shot import ZERO_SHOT_TASKS
+
+        if self.task is not None and self.task not in ZERO_SHOT_TASKS:
+            raise ConfigError(f"zero_shot.task '{self.task}' has no zero-shot heuristic",
+                              f"use one of {sorted(ZERO_SHOT_TASKS)} or null")
+        if self.examples < 0 or self.batch_size < 1:
+            raise ValueError(f"zero_shot.examples ({self.examples}) must be >= 0 and batch_size ({self.batch_size}) >= 1")
+
+
+@dataclass
+class GPTRecipe(Config):
+    """Causal-LM pretraining of a GPT-1 decoder or an LSTM LM of the same size."""
+
+    architecture: Literal["gpt", "lstm_lm"] = "gpt"
+    """gpt: the Transformer decoder; lstm_lm: the LSTM language model (Table 5's LSTM row)."""
+    data: GPTDataConfig = field(default_factory=GPTDataConfig)
+    model: dict[str, Any] = field(default_factory=dict)
+    """Fields of the architecture's config (GPTConfig or LSTMLMConfig), without n_token."""
+    zero_shot: ZeroShotConfig = field(default_factory=ZeroShotConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2.5e-4, weight_decay=0.01, warmup_steps=100,
+                                                                   decay="cosine"))
+    train: TrainConfig = field(default_factory=TrainConfig)
+    steps: int = 1000
+    """Optimizer steps."""
+
+    def __post_init__(self):
+        for key in ("n_token", "n_special"):
+            if key in self.model:
+                raise ConfigError(f"model.{key} is set in the recipe",
+                                  f"drop model.{key}: the tokenizer sets n_token, fine-tuning adds special tokens")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def build_lm(architecture: str, model: dict[str, Any], n_token: int) -> nn.Module:
+    """The causal LM ``architecture`` (a genfeat.hub name) with the recipe's model fields and ``n_token``."""
+    module, cfg_cls, model_cls = ARCHITECTURES[architecture]
+    mod = importlib.import_module(module)
+    return getattr(mod, model_cls)(from_dict(getattr(mod, cfg_cls), {**model, "n_token": n_token}, "model"))
+
+
+@torch.no_grad()
+def causal_lm_loss(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size: int) -> dict[str, float]:
+    """Causal-LM cross-entropy (nats per token) of ``tokens`` cut into ``batch_size`` contiguous rows
+    read as consecutive blocks of ``seq_len`` tokens, each block without earlier context."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    scorer = CausalLMObjective(recurrence=False)
+    loss = count = 0.0
+    for batch in iter_lm_segments(tokens, batch_size, seq_len):
+        out = scorer(model, to_device(batch, device))
+        loss += float(out.loss_sum)
+        count += float(out.count)
+    model.train(was_training)
+    mean = loss / max(count, 1.0)
+    return {"valid_loss": mean, "valid_ppl": math.exp(min(mean, 50.0)), "valid_tokens": int(count)}
+
+
+@register_method("gpt", GPTRecipe)
+def run(cfg: GPTRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    from ..data.tokenizers import TokenizerConfig, tokenizer_for_run
+
+    data = cfg.data
+    train_path, valid_path = text_path(data.train_text), text_path(data.valid_text)
+    vocab = tokenizer_for_run(data.tokenizer, TokenizerConfig("bpe", data.vocab_size, data.lowercase), train_path,
+                              out_dir, resume)
+    seed_everything(seed)
+    model = build_lm(cfg.architecture, cfg.model, len(vocab))
+    if data.seq_len > model.config.max_position:
+        raise ConfigError(f"data.seq_len {data.seq_len} is longer than model.max_position {model.config.max_position}",
+                          "lower data.seq_len or raise model.max_position")
+    train = torch.tensor(_token_ids(train_path, vocab), dtype=torch.long)
+    valid = torch.tensor(_token_ids(valid_path, vocab), dtype=torch.long)
+    stream = LMShuffledStream(train, data.batch_size, data.seq_len, seed=seed, drop_last_partial=True)
+    zero_shot = None
+    if cfg.zero_shot.task is not None:
+        from ..eval.zero_shot import ZeroShotEvaluator
+
+        zero_shot = ZeroShotEvaluator(vocab, cfg.zero_shot.task, cfg.zero_shot.split, limit=cfg.zero_shot.examples,
+                                      max_len=model.config.max_position, batch_size=cfg.zero_shot.batch_size)
+
+    def evaluate(m, tokens=valid[: data.valid_tokens] if data.valid_tokens else valid):
+        figures = causal_lm_loss(m, tokens, seq_len=data.seq_len, batch_size=data.batch_size)
+        if zero_shot is not None:
+            figures.update(zero_shot(m))
+        return figures
+
+    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    trainer = Trainer(model, one_phase(CausalLMObjective(recurrence=False), stream, cfg.steps, cfg.optim), train_cfg,
+                      evaluate=evaluate, out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
+                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
+    t0 = time.time()
+    result = trainer.fit()
+    train_seconds = time.time() - t0
+    if result.interrupted:
+        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
+    model.eval()
+    with torch.no_grad():
+        final = evaluate(model, valid)
+    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
+                                 "params": sum(p.numel() for p in model.parameters()),
+                                 "train_tokens": int(train.numel()), **final}
+    if out_dir is not None and trainer.dist.is_main:
+        save_pretrained(model, Path(out_dir) / "final", vocab)
+        write_json_atomic(Path(out_dir) / "results.json", figures)
+    return figures
