@@ -21,6 +21,8 @@ TINY = {
               "dropatt": 0.0},
     "gpt": {"n_token": 50, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 32, "max_position": 32,
             "dropout": 0.0, "dropemb": 0.0, "dropatt": 0.0},
+    "lstm_lm": {"n_token": 50, "d_model": 16, "d_hidden": 24, "n_layer": 1, "max_position": 32, "dropout": 0.0,
+                "dropemb": 0.0},
     "transformer_xl": {"n_token": 50, "d_model": 16, "n_layer": 2, "n_head": 2, "d_head": 8, "d_inner": 32,
                        "dropout": 0.0, "mem_len": 0},
 }
@@ -36,7 +38,7 @@ def make(backbone: str, kind: str = "classification", n_labels: int = 3, **extra
 
 
 def fmt_of(model: FineTuneModel):
-    if model.config.backbone == "gpt":
+    if model.config.backbone in ("gpt", "lstm_lm"):
         return model.input_format(None)
     if model.config.backbone == "transformer_xl":
         vocab = SymbolVocab(["<eos>"] + [f"w{i}" for i in range(49)], "word")

@@ -15,7 +15,7 @@ besides GPT's special-token embeddings). One design serves every backbone:
   XLNet's answerability score from the summary state.
 
 Adapters for bert, xlnet (content stream only: no ``target_mapping``; ``<cls>`` last, padding on the
-left), gpt (``<start>``/``<delim>``/``<extract>`` as new embeddings via ``add_special_tokens``) and
+left), gpt and lstm_lm (``<start>``/``<delim>``/``<extract>`` as new embeddings via ``add_special_tokens``) and
 transformer_xl (word-level vocabulary: ``A <eos> B <eos>``, the last token summarises, padding on the
 right) are registered here; a later backbone (ELMo, an LSTM LM) registers its own with
 ``@register_adapter("name")`` in its module, which needs no edit of this file.
@@ -164,6 +164,12 @@ class GPTAdapter(BackboneAdapter):
 
     def lm_log_probs(self, backbone, hidden, targets):
         return backbone.target_log_probs(hidden, targets)
+
+
+@register_adapter("lstm_lm")
+class LSTMAdapter(GPTAdapter):
+    """The LSTM language model of GPT-1's Table 5 (``LSTMLMHeadModel``): GPT-1's token tables, special
+    tokens, input format and tied LM head, read left to right."""
 
 
 @dataclass
