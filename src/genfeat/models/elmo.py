@@ -26,6 +26,7 @@ embedding width, f filters (all widths together), d LSTM output width, L LSTM la
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -190,7 +191,10 @@ class ElmoBiLM(nn.Module):
         """Outputs of each layer of one direction's stack, [b, t, d] each (inputs right-padded)."""
         outs, h = [], x
         for j, lstm in enumerate(lstms):
-            y, _ = lstm(self.drop(h))
+            with warnings.catch_warnings():
+                # torch says on CPU, once per process, that oneDNN lacks LSTMP and it uses its own kernel: no action
+                warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
+                y, _ = lstm(self.drop(h))
             if self.config.residual and j > 0:
                 y = y + h
             outs.append(y)

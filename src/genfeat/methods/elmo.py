@@ -1,0 +1,189 @@
+"""ELMo biLM pretraining (Peters et al. 2018, §3.1): one phase of the forward + backward LM objective.
+
+Recipe: ``method: elmo`` plus the fields of :class:`ElmoRecipe`. The model section takes the fields
+of :class:`genfeat.models.elmo.ElmoConfig`; ``n_token`` comes from the word vocabulary and ``n_char``
+from the character vocabulary built from its words (genfeat.data.chars).
+
+Data: the training text (a registered corpus split such as ``ptb:train``, or a text file) is read
+as words with an ``<eos>`` per line, its word vocabulary built (``data.vocab``), and the token stream
+cut into independent windows of ``seq_len`` tokens (ELMo's 20-token unroll, without carrying the LSTM
+state from one window to the next). The held-out text is encoded with the same vocabulary. Every
+word is spelled from its vocabulary entry, so an out-of-vocabulary word of the text (the vocabulary's
+``<unk>``) is also spelled ``<unk>`` at the input.
+
+Result: ``valid_loss`` is the sum of the forward and backward LMs' cross-entropies (nats per token
+pair, the quantity Eq. 1 of the paper maximises the negative of); ``valid_forward_loss`` /
+``valid_backward_loss`` each direction's (nats per token), ``valid_forward_ppl`` /
+``valid_backward_ppl`` their perplexities. The checkpoint OUT/final holds the biLM and the word
+vocabulary (:func:`load_elmo` reads both and rebuilds the character vocabulary).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Config, from_dict, to_dict
+from ..data.chars import CharVocab
+from ..errors import CheckpointError, ConfigError, DataError
+from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework.checkpoint import resume_dir
+from ..framework.stream import TensorStream
+from ..framework.trainer import to_device
+from ..hub import VOCAB_FILE, checkpoint_config, load_checkpoint, save_pretrained
+from ..io import write_json_atomic
+from ..objectives.bilm import BiLMObjective
+from ..runner import register_method
+
+
+@dataclass
+class ElmoDataConfig(Config):
+    """The pretraining text, its word vocabulary and the windows cut from it."""
+
+    train_text: str = "ptb:train"
+    """Training text: a registered word-level corpus split NAME:SPLIT (ptb:train, wikitext2:train) or a text file."""
+    valid_text: str = "ptb:valid"
+    """Held-out text, in the same forms (encoded with the training text's vocabulary)."""
+    vocab: dict[str, Any] = field(default_factory=dict)
+    """Word vocabulary settings (genfeat.data.vocab.VocabConfig fields, kind word); empty: the corpus's
+    standard one. A text file whose held-out words are not all in the training text needs ``min_freq: 2``
+    or ``max_size`` (which add ``<unk>``)."""
+    seq_len: int = 20
+    """Tokens per window (ELMo's unroll length)."""
+    batch_size: int = 32
+    """Windows per step."""
+    valid_windows: int = 0
+    """Evaluate on the first this many held-out windows during training (0: all); the final figures use all."""
+
+    def __post_init__(self):
+        if self.seq_len < 2 or self.batch_size < 1 or self.valid_windows < 0:
+            raise ValueError(f"data.seq_len ({self.seq_len}) must be >= 2 (a pair of neighbours), data.batch_size "
+                             f"({self.batch_size}) >= 1 and data.valid_windows ({self.valid_windows}) >= 0")
+        if self.vocab.get("kind", "word") != "word":
+            raise ValueError(f"data.vocab.kind is {self.vocab['kind']!r}: the biLM predicts words, which the "
+                             "character CNN spells; drop data.vocab.kind")
+
+
+@dataclass
+class ElmoRecipe(Config):
+    """biLM pretraining of an ELMo model."""
+
+    data: ElmoDataConfig = field(default_factory=ElmoDataConfig)
+    model: dict[str, Any] = field(default_factory=dict)
+    """Fields of genfeat.models.elmo.ElmoConfig (without n_token and n_char)."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3))
+    train: TrainConfig = field(default_factory=TrainConfig)
+    steps: int = 1000
+    """Optimizer steps."""
+
+    def __post_init__(self):
+        for key in ("n_token", "n_char"):
+            if key in self.model:
+                raise ConfigError(f"model.{key} is set in the recipe",
+                                  f"drop model.{key}: it comes from the vocabulary")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def windows(tokens: torch.Tensor, seq_len: int, what: str) -> torch.Tensor:
+    """Cut a 1-D token stream into consecutive windows [n, seq_len] (the remainder is dropped)."""
+    n = tokens.numel() // seq_len
+    if n < 1:
+        raise DataError(f"the {what} has {tokens.numel()} tokens, fewer than one window of {seq_len}",
+                        "use a longer text or a smaller data.seq_len")
+    return tokens[: n * seq_len].view(n, seq_len)
+
+
+def char_vocab_for(vocab, max_chars: int) -> CharVocab:
+    """The character vocabulary of a word vocabulary (genfeat.data.chars), as the runner and :func:`load_elmo` build it."""
+    symbols = getattr(vocab, "symbols", None)
+    if symbols is None or getattr(vocab, "kind", None) != "word":
+        raise ConfigError(f"ELMo needs a word-level vocabulary, got one of kind {getattr(vocab, 'kind', None)!r}",
+                          "train on a word-level corpus (ptb, wikitext2 or a text file read as words)")
+    return CharVocab.from_words(symbols, max_chars)
+
+
+def bilm_figures(model, examples: torch.Tensor, spelling: torch.Tensor, batch_size: int,
+                 limit: int = 0) -> dict[str, float]:
+    """Both directions' cross-entropy on ``examples`` [n, t] word ids (the first ``limit``; 0: all), without gradients."""
+    n = examples.shape[0] if not limit else min(limit, examples.shape[0])
+    device = next(model.parameters()).device
+    objective = BiLMObjective(spelling)
+    fwd = bwd = pairs = 0.0
+    with torch.no_grad():
+        for start in range(0, n, batch_size):
+            out = objective(model, to_device({"word_ids": examples[start:start + batch_size]}, device))
+            fwd += out.logs["forward"]
+            bwd += out.logs["backward"]
+            pairs += float(out.count)
+    f, b = fwd / max(pairs, 1.0), bwd / max(pairs, 1.0)
+    return {"valid_loss": f + b, "valid_forward_loss": f, "valid_backward_loss": b,
+            "valid_forward_ppl": math.exp(min(f, 50.0)), "valid_backward_ppl": math.exp(min(b, 50.0)),
+            "valid_pairs": int(pairs)}
+
+
+def load_elmo(path: str | Path):
+    """An ELMo checkpoint (OUT/final or OUT/last) as ``(biLM, word vocabulary, CharVocab)``; the biLM in eval mode."""
+    model, vocab = load_checkpoint(path, architecture="elmo")
+    if vocab is None:
+        raise CheckpointError(f"ELMo checkpoint '{path}' has no {VOCAB_FILE}", "restore the vocabulary saved with it")
+    chars = char_vocab_for(vocab, model.config.max_chars)
+    if len(chars) != model.config.n_char:
+        raise CheckpointError(f"checkpoint '{path}' spells with {model.config.n_char} characters but its vocabulary "
+                              f"has {len(chars)}", f"the {VOCAB_FILE} belongs to another model; restore the right one")
+    return model, vocab, chars
+
+
+@register_method("elmo", ElmoRecipe)
+def run(cfg: ElmoRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    from ..data.corpora import load_corpus, load_split_corpus
+    from ..data.vocab import VocabConfig
+    from ..models.elmo import ElmoBiLM, ElmoConfig
+
+    data = cfg.data
+    vocab_cfg = from_dict(VocabConfig, data.vocab, "data.vocab") if data.vocab else None
+    train_corpus = load_corpus(data.train_text, vocab_cfg=vocab_cfg)
+    vocab = train_corpus.vocab
+    # a registered corpus named without a split trains on its training split
+    train_tokens = train_corpus.splits.get("train", next(iter(train_corpus.splits.values())))
+    train = windows(train_tokens, data.seq_len, f"training text '{data.train_text}'")
+    (valid_tokens,) = load_split_corpus(data.valid_text, vocab).splits.values()
+    chars = char_vocab_for(vocab, cfg.model.get("max_chars", ElmoConfig.max_chars))
+    model_cfg = from_dict(ElmoConfig, {**cfg.model, "n_token": len(vocab), "n_char": len(chars)}, "model")
+    spelling = chars.spell_table(vocab.symbols)
+    valid = windows(valid_tokens, data.seq_len, f"held-out text '{data.valid_text}'")
+    if train.shape[0] < data.batch_size:
+        raise DataError(f"the training text gives {train.shape[0]} windows of {data.seq_len} tokens, fewer than "
+                        f"data.batch_size {data.batch_size}", "use a longer text or a smaller data.batch_size")
+    seed_everything(seed)
+    model = ElmoBiLM(model_cfg)
+    objective = BiLMObjective(spelling)
+
+    def evaluate(m, limit=data.valid_windows):
+        return bilm_figures(m, valid, spelling, data.batch_size, limit)
+
+    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    stream = TensorStream({"word_ids": train}, data.batch_size, seed=seed)
+    trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
+                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
+                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
+    t0 = time.time()
+    result = trainer.fit()
+    train_seconds = time.time() - t0
+    if result.interrupted:
+        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
+    model.eval()
+    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
+                                 "params": sum(p.numel() for p in model.parameters()),
+                                 "train_windows": int(train.shape[0]), **evaluate(model, 0)}
+    if out_dir is not None and trainer.dist.is_main:
+        save_pretrained(model, Path(out_dir) / "final", vocab)
+        write_json_atomic(Path(out_dir) / "results.json", figures)
+    return figures
