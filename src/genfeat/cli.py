@@ -4,7 +4,8 @@ Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM 
 checkpoint on a corpus), ``generate`` (top-k sampling with memory reuse), ``recl`` (relative
 effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format),
 ``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer for pretraining), ``zero-shot``
-(GPT-1's zero-shot heuristic for a causal LM checkpoint).
+(GPT-1's zero-shot heuristic for a causal LM checkpoint), ``generate-questions`` (GDAN's question
+generator on paragraphs, JSONL out).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
 ``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
@@ -269,6 +270,27 @@ def cmd_zero_shot(args: argparse.Namespace, extra: list[str]) -> None:
                              f"on {result['examples']} examples")
 
 
+def cmd_generate_questions(args: argparse.Namespace, extra: list[str]) -> None:
+    from .data.answer_chunks import ChunkConfig
+    from .methods.question_gen import generate_questions
+
+    _no_extra(extra)
+    _require(args, beam=(1, "pass --beam 1 (greedy) or more"), max_len=(1, "pass --max-len 1 or more"),
+             per_paragraph=(0, "pass 0 (all chunks) or more"))
+    _check_out_file(args.out)
+    result = generate_questions(args.checkpoint, args.paragraphs, args.out, beam=args.beam, max_len=args.max_len,
+                                chunks=ChunkConfig(backend=args.chunks), per_paragraph=args.per_paragraph,
+                                seed=args.seed)
+    _emit(result, args.json, f"wrote {result['questions']} questions for {result['paragraphs']} paragraphs to {args.out}")
+
+
+def _check_out_file(out: str) -> None:
+    from pathlib import Path
+
+    if Path(out).is_dir():
+        raise ConfigError(f"--out '{out}' is a directory", "pass a file path, e.g. questions.jsonl")
+
+
 def _no_extra(extra: list[str]) -> None:
     if extra:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
@@ -375,6 +397,24 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--device", **device_kw)
     z.add_argument("--json", action="store_true")
     z.set_defaults(fn=cmd_zero_shot)
+
+    q = sub.add_parser("generate-questions", parents=[common],
+                       help="questions for paragraphs and answers by a GDAN question generator (beam search)",
+                       description="Reads paragraphs (a .jsonl file of {context, answers?} objects, answers in SQuAD's "
+                                   "form, or a text file with one paragraph per line); paragraphs without answers get "
+                                   "answer chunks extracted (genfeat.data.answer_chunks). Writes one JSON object per "
+                                   "question: id, paragraph_id, answer, answer_start, question, log_prob.")
+    q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen)")
+    q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")
+    q.add_argument("--out", required=True, help="the JSONL file to write")
+    q.add_argument("--beam", type=int, default=5)
+    q.add_argument("--max-len", type=int, default=30, help="longest question in words, </s> included")
+    q.add_argument("--chunks", choices=["auto", "spacy", "rules"], default="auto",
+                   help="answer-chunk extraction: spaCy when installed (auto), spaCy, or the rule-based fallback")
+    q.add_argument("--per-paragraph", type=int, default=0, help="at most N extracted answers per paragraph (0: all)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the per-paragraph draw")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(fn=cmd_generate_questions)
     return p
 
 

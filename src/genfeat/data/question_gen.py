@@ -14,7 +14,7 @@ question, the input G writes a question for (Algorithm 1's U_G).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import torch
@@ -49,6 +49,12 @@ class QGBatch:
     """Per example, the words of its extended ids V, V+1, ... (to decode copied words)."""
     examples: list[QAExample]
     """The examples of the batch, in order (to pair generated questions with paragraphs and answers)."""
+
+    def to(self, device: torch.device | str) -> "QGBatch":
+        """The batch with its tensors on ``device`` (the examples stay as they are)."""
+        moved = {k: getattr(self, k).to(device) for k in ("src_ids", "answer", "mask", "src_ext", "tgt_in", "tgt_out",
+                                                           "tgt_mask")}
+        return replace(self, **moved)
 
     def model_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """(src_ids, answer, mask, src_ext, n_ext), the paragraph arguments of the generator's methods."""
@@ -96,6 +102,18 @@ def question_words(ids: Iterable[int], oov: Sequence[str], vocab: SymbolVocab) -
             break
         out.append(vocab.symbols[i] if i < v else oov[i - v])
     return out
+
+
+def reader_questions(questions: torch.Tensor, vocab: SymbolVocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """G's questions as D reads them: ([b, T] word ids, [b, T] bool mask) from generated extended ids
+    [b, T]; a copied out-of-vocabulary word becomes <unk>, </s> and what follows become <pad> (id 0). A
+    question of no words keeps one <unk>, so every row has a word."""
+    eos = vocab.index[EOS]
+    keep = (questions == eos).long().cumsum(1) == 0
+    ids = questions.masked_fill(questions >= len(vocab), vocab.unk_id).masked_fill(~keep, 0)
+    empty = ~keep[:, 0]
+    ids[empty, 0], keep[empty, 0] = vocab.unk_id, True
+    return ids, keep
 
 
 def answer_examples(paragraphs: Sequence[Paragraph], cfg: ChunkConfig | None = None, per_paragraph: int = 0,
