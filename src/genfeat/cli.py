@@ -291,6 +291,18 @@ def _check_out_file(out: str) -> None:
         raise ConfigError(f"--out '{out}' is a directory", "pass a file path, e.g. questions.jsonl")
 
 
+def cmd_neighbours(args: argparse.Namespace, extra: list[str]) -> None:
+    from .hub import load_checkpoint
+    from .models.word2vec import nearest_neighbours
+
+    _no_extra(extra)
+    _require(args, top=(1, "pass --top 1 or more"))
+    model, vocab = load_checkpoint(args.checkpoint, "word2vec")
+    found = nearest_neighbours(model.vectors, vocab.symbols, args.word, args.top)
+    result = {"word": args.word, "neighbours": [{"word": w, "cosine": c} for w, c in found]}
+    _emit(result, args.json, "\n".join(f"{w}\t{c:.4f}" for w, c in found))
+
+
 def _no_extra(extra: list[str]) -> None:
     if extra:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
@@ -415,6 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0, help="seed of the per-paragraph draw")
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=cmd_generate_questions)
+    nb = sub.add_parser("neighbours", parents=[common], help="nearest neighbours of a word in a word2vec checkpoint")
+    nb.add_argument("--checkpoint", required=True, help="a word2vec checkpoint (OUT/final of method: word2vec)")
+    nb.add_argument("--word", required=True)
+    nb.add_argument("--top", type=int, default=10, help="how many neighbours (default 10)")
+    nb.add_argument("--json", action="store_true")
+    nb.set_defaults(fn=cmd_neighbours)
+
     return p
 
 

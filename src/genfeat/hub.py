@@ -26,6 +26,7 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "gpt": ("genfeat.models.gpt", "GPTConfig", "GPTLMHeadModel"),
     "elmo": ("genfeat.models.elmo", "ElmoConfig", "ElmoBiLM"),
     "lstm_lm": ("genfeat.models.lstm_lm", "LSTMLMConfig", "LSTMLMHeadModel"),
+    "word2vec": ("genfeat.models.word2vec", "Word2VecConfig", "Word2Vec"),
     # a backbone of the above with a task head (genfeat.models.heads; method: finetune)
     "finetune": ("genfeat.models.heads", "FineTuneConfig", "FineTuneModel"),
     # GDAN's question generator G (method: question_gen; genfeat generate-questions)

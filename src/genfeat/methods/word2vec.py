@@ -1,0 +1,251 @@
+"""word2vec runner (Mikolov et al. 2013a, b): skip-gram or CBOW with negative sampling, then intrinsic evaluation.
+
+Recipe: ``method: word2vec`` + the fields of :class:`Word2VecRecipe`. The corpus is read as sentences of
+tokens; words seen fewer than ``min_count`` times are dropped from the sentences (they take no window
+position, as in word2vec.c and gensim); then :class:`~genfeat.objectives.word2vec.WindowSampler`
+batches feed :class:`~genfeat.objectives.word2vec.NegativeSamplingObjective` in the one training loop,
+with plain SGD on sparse gradients and a learning rate decaying linearly from ``lr`` to ``min_lr``.
+
+Output directory (``--out OUT``): ``metrics.jsonl`` and the ``last`` checkpoint of the training loop,
+``final`` (model.safetensors, config.json, vocab.json: ``genfeat neighbours --checkpoint OUT/final``),
+``vectors.bin`` / ``vectors.txt`` in the word2vec format, and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from ..config import Config, to_dict
+from ..errors import ConfigError, DataError
+from ..framework.optim import OptimConfig
+from ..framework.schedule import OptimSpec, Phase, Stage, Term
+from ..framework.trainer import TrainConfig, Trainer, TrainResult
+from ..io import write_json_atomic
+from ..runner import register_method
+
+
+@dataclass
+class Word2VecRecipe(Config):
+    """word2vec training and evaluation. Defaults: gensim 4's (skip-gram, d = 100, m = 5, K = 5,
+    min_count 5, sample 1e-3, α 0.025 → 0.0001, 5 epochs)."""
+
+    corpus: list[str] = field(default_factory=lambda: ["ptb:train", "wikitext2:train"])
+    """Text read as sentences (genfeat.data.documents): ``ptb:SPLIT``, ``wikitext2:SPLIT``, ``imdb:train``,
+    a text file or a folder; several are concatenated."""
+    max_documents: int = 0
+    """Read at most this many documents of each corpus (0: all; a PTB split is one document)."""
+    tokens: Literal["whitespace", "words"] = "whitespace"
+    """whitespace: split at white space (PTB and WikiText are tokenised already); words: the ``tokenizers``
+    BERT pre-tokeniser (white space and punctuation), for raw text such as IMDB reviews."""
+    lowercase: bool = False
+    """Lower-case the text before tokenising."""
+    architecture: Literal["skipgram", "cbow"] = "skipgram"
+    """skipgram or cbow (genfeat.models.word2vec)."""
+    dim: int = 100
+    """Vector size d."""
+    window: int = 5
+    """m, the largest distance between a center word and a context word (dynamic window b ~ U{1..m})."""
+    negatives: int = 5
+    """K noise words per center word."""
+    ns_exponent: float = 0.75
+    """Exponent of the unigram noise distribution."""
+    min_count: int = 5
+    """Words seen fewer times are dropped."""
+    sample: float = 1e-3
+    """Frequent-word subsampling threshold s (0: off)."""
+    epochs: int = 5
+    """Passes over the corpus."""
+    batch_size: int = 4096
+    """Center words per step."""
+    lr: float = 0.025
+    """α, the SGD step on each pair's loss at the start (word2vec.c's alpha)."""
+    min_lr: float = 0.0001
+    """α at the end of training (linear decay)."""
+    threads: int = 2
+    """torch intra-op threads."""
+    similarity_file: str = "gensim"
+    """Word-similarity file scored after training: ``gensim`` (its wordsim353.tsv; skipped without gensim),
+    a path, or empty (none)."""
+    analogy_file: str = "gensim"
+    """Analogy file: ``gensim`` (its questions-words.txt; skipped without gensim), a path, or empty."""
+    export: Literal["none", "text", "binary"] = "binary"
+    """Write OUT/vectors.txt (text) or OUT/vectors.bin (binary) in the word2vec format."""
+    save_every: int = 0
+    """Write the ``last`` checkpoint every this many steps (0: at the end); needs an output directory."""
+
+    def __post_init__(self):
+        if self.window < 1:
+            raise ConfigError(f"window is {self.window}, so no word has a context", "set window >= 1")
+        for name in ("dim", "negatives", "min_count", "epochs", "batch_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}", f"set {name} >= 1")
+        if not self.corpus:
+            raise ConfigError("corpus is empty", "name at least one corpus, e.g. [ptb:train]")
+        if self.sample < 0 or self.max_documents < 0 or self.save_every < 0:
+            raise ConfigError("sample, max_documents and save_every must be >= 0", "set them to 0 or more")
+        if not 0 < self.min_lr <= self.lr:
+            raise ConfigError(f"lr {self.lr} / min_lr {self.min_lr}", "use 0 < min_lr <= lr")
+
+
+@dataclass
+class SparseSGDConfig(OptimConfig):
+    """Plain SGD (no momentum, no weight decay) that accepts sparse gradients; torch's fused SGD, which
+    :class:`OptimConfig` builds, refuses them."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.name != "sgd" or self.momentum or self.weight_decay:
+            raise ValueError("sparse gradients take plain SGD: name sgd, momentum 0, weight_decay 0")
+
+    def build(self, params):
+        return torch.optim.SGD([p for p in params if p.requires_grad], lr=self.lr)
+
+
+def _tokeniser(kind: str, lowercase: bool):
+    if kind == "whitespace":
+        return (lambda s: s.lower().split()) if lowercase else str.split
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    pre = BertPreTokenizer()
+    return lambda s: [w for w, _ in pre.pre_tokenize_str(s.lower() if lowercase else s)]
+
+
+def read_sentences(cfg: Word2VecRecipe) -> list[list[str]]:
+    """The sentences of the recipe's corpora as lists of tokens (empty sentences dropped).
+
+    Raises:
+        DataError: a corpus that cannot be read or holds no token.
+    """
+    from ..data.documents import read_documents
+
+    split = _tokeniser(cfg.tokens, cfg.lowercase)
+    out = []
+    for spec in cfg.corpus:
+        for doc in read_documents(spec, cfg.max_documents):
+            out.extend(tokens for tokens in map(split, doc) if tokens)
+    if not out:
+        raise DataError(f"the corpus {cfg.corpus} holds no token", "train on a corpus with text in it")
+    return out
+
+
+def build_vocab(sentences: list[list[str]], min_count: int) -> tuple[list[str], np.ndarray]:
+    """Words seen at least ``min_count`` times, most frequent first (ties in first-seen order), and their counts.
+
+    Raises:
+        DataError: no word is that frequent.
+    """
+    from collections import Counter
+
+    counts = Counter(w for s in sentences for w in s)
+    kept = sorted(((w, c) for w, c in counts.items() if c >= min_count), key=lambda wc: -wc[1])
+    if not kept:
+        top = max(counts.values()) if counts else 0
+        raise DataError(f"no word of the corpus occurs min_count={min_count} times (the most frequent occurs {top})",
+                        f"lower min_count to at most {max(top, 1)} or train on more text")
+    return [w for w, _ in kept], np.array([c for _, c in kept], np.int64)
+
+
+def encode_sentences(sentences: list[list[str]], words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids (N,), sentence index (N,)) of the in-vocabulary tokens; out-of-vocabulary ones are dropped."""
+    index = {w: i for i, w in enumerate(words)}
+    ids, sent = [], []
+    for k, s in enumerate(sentences):
+        row = [index[w] for w in s if w in index]
+        ids.extend(row)
+        sent.extend([k] * len(row))
+    return np.array(ids, np.int64), np.array(sent, np.int64)
+
+
+def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
+                 out_dir: Path | None = None, progress: bool = False, checkpoint_config: dict | None = None,
+                 save_extra=None, resume_from: Path | None = None):
+    """Train word vectors on an encoded corpus with the one training loop.
+
+    Also the skip-gram of Planetoid's GraphEmb baseline (random walks as sentences).
+
+    Args:
+        ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
+        cfg: the training fields of the recipe (architecture, dim, window, negatives, sample, epochs,
+            batch_size, lr, min_lr, threads, save_every).
+        seed: seed of the initialisation, subsampling, windows and negatives.
+        out_dir, progress, checkpoint_config, save_extra, resume_from: as :class:`Trainer`'s.
+    Returns:
+        (model, TrainResult, steps).
+    """
+    from ..models.word2vec import Word2Vec, Word2VecConfig
+    from ..objectives.word2vec import NegativeSamplingObjective, WindowSampler
+
+    torch.manual_seed(seed)
+    model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
+    sampler = WindowSampler(ids, sentence, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
+                            cfg.ns_exponent, seed)
+    steps = max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
+    # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
+    optim = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size, decay="linear", min_lr_ratio=cfg.min_lr / cfg.lr)
+    phase = Phase("train", steps, [Stage([Term(NegativeSamplingObjective(), sampler)])], {"main": OptimSpec(optim)})
+    tcfg = TrainConfig(seed=seed, device="cpu", threads=cfg.threads, progress=progress,
+                       log_every=max(1, steps // 20), save_every=cfg.save_every)
+    result: TrainResult = Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config,
+                                  save_extra=save_extra, resume_from=resume_from).fit()
+    return model.eval(), result, steps
+
+
+def _eval_file(setting: str, gensim_name: str) -> str | None:
+    if setting != "gensim":
+        return setting or None
+    from ..eval.word_vectors import gensim_test_file
+
+    path = gensim_test_file(gensim_name)
+    return str(path) if path is not None else None
+
+
+@register_method("word2vec", Word2VecRecipe)
+def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    import time
+
+    from ..data.vocab import SymbolVocab
+    from ..eval.word_vectors import evaluate_vectors
+    from ..framework.checkpoint import resume_dir, save_checkpoint
+    from ..hub import VOCAB_FILE
+    from ..models.word2vec import Word2VecConfig, save_word2vec_format
+
+    if resume and out_dir is None:
+        raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
+    t0 = time.time()
+    sentences = read_sentences(cfg)
+    words, counts = build_vocab(sentences, cfg.min_count)
+    ids, sentence = encode_sentences(sentences, words)
+    del sentences
+    vocab = SymbolVocab(words, "word", add_eos=False)
+    save_vocab = lambda d: vocab.save(d / VOCAB_FILE)
+    out = Path(out_dir) if out_dir is not None else None
+    ckpt = {"architecture": "word2vec", "model": to_dict(Word2VecConfig(len(words), cfg.dim, cfg.architecture)),
+            "recipe": to_dict(cfg)}
+    prep = time.time() - t0
+    model, result, steps = fit_word2vec(ids, sentence, counts, cfg, seed, out, progress, ckpt, save_vocab,
+                                        resume_dir(out / "last") if resume else None)
+    if result.interrupted:
+        return {"steps": result.steps, "interrupted": 1.0}
+    figures: dict[str, float] = {
+        "vocab_size": len(words), "corpus_words": len(ids), "steps": steps,
+        "train_seconds": result.seconds, "prepare_seconds": prep,
+        # the words of the corpus (in the vocabulary, before subsampling) over all epochs, per training second
+        "words_per_s": cfg.epochs * len(ids) / max(result.seconds, 1e-9),
+    }
+    figures.update(evaluate_vectors(model.vectors, words, _eval_file(cfg.similarity_file, "wordsim353.tsv"),
+                                    _eval_file(cfg.analogy_file, "questions-words.txt")))
+    figures["seconds"] = time.time() - t0
+    if out is not None:
+        save_checkpoint(out / "final", model, None, ckpt, save_vocab)
+        if cfg.export != "none":
+            binary = cfg.export == "binary"
+            save_word2vec_format(out / ("vectors.bin" if binary else "vectors.txt"), words, model.vectors, binary)
+        write_json_atomic(out / "results.json", figures)
+    return figures

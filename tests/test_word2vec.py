@@ -1,0 +1,240 @@
+"""word2vec: the negative-sampling gradients, the noise and subsampling distributions, the windows, export
+to the word2vec formats (read back by gensim when it is installed) and a tiny corpus whose related words
+end up closer than unrelated ones."""
+
+import numpy as np
+import pytest
+import torch
+
+from genfeat.errors import ConfigError, DataError
+from genfeat.eval.word_vectors import analogy_accuracy, word_similarity
+from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec
+from genfeat.models.word2vec import Word2Vec, Word2VecConfig, nearest_neighbours, save_word2vec_format
+from genfeat.objectives.word2vec import NegativeSamplingObjective, WindowSampler, keep_probability, noise_distribution
+
+
+def _random_model(arch, v=12, d=6, seed=0):
+    torch.manual_seed(seed)
+    model = Word2Vec(Word2VecConfig(v, d, arch, sparse=False))
+    with torch.no_grad():
+        model.output.weight.normal_(0, 0.5)
+        model.input.weight.normal_(0, 0.5)
+    return model
+
+
+def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, v, n)
+    sentence = np.repeat(np.arange(n // 10 + 1), 10)[:n]
+    counts = np.bincount(ids, minlength=v)
+    return WindowSampler(ids, sentence, counts, window, negatives, batch, sample, seed=seed, architecture=arch), ids, \
+        sentence, counts
+
+
+@pytest.mark.parametrize("arch", ["skipgram", "cbow"])
+def test_gradients_match_word2vec_updates(arch):
+    """Autograd of the objective equals word2vec.c's hand-written update: for each score s = u_w^T h with
+    label l (1 target, 0 noise) and pair count c, g = c (σ(s) − l); u_w gets g h and h gets Σ_w g u_w
+    (CBOW: every window vector the whole of it)."""
+    model = _random_model(arch)
+    batch = next(_sampler(arch)[0])
+    out = NegativeSamplingObjective()(model, batch)
+    out.loss_sum.backward()
+    win, wout = model.input.weight.detach().numpy(), model.output.weight.detach().numpy()
+    grad_in, grad_out = np.zeros_like(win), np.zeros_like(wout)
+    loss = 0.0
+    for r in range(len(batch["targets"])):
+        slots = batch["inputs"][r][batch["input_mask"][r]].numpy()
+        h = win[slots].mean(0) if len(slots) else np.zeros(win.shape[1])
+        grad_h = np.zeros_like(h)
+        for w, sign, c in zip(batch["targets"][r].numpy(), batch["sign"][r].numpy(), batch["weight"][r].numpy()):
+            s = float(wout[w] @ h)
+            label = 1.0 if sign > 0 else 0.0
+            loss += c * -np.log(1 / (1 + np.exp(-sign * s)))
+            g = c * (1 / (1 + np.exp(-s)) - label)
+            grad_out[w] += g * h
+            grad_h += g * wout[w]
+        for i in slots:
+            grad_in[i] += grad_h
+    assert float(out.loss_sum.detach()) == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_allclose(model.output.weight.grad.numpy(), grad_out, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(model.input.weight.grad.numpy(), grad_in, rtol=1e-4, atol=1e-6)
+    assert out.count == len(batch["targets"])
+
+
+def test_skipgram_rows_are_the_pairs_of_each_window():
+    """Skip-gram rows against a brute-force reading: window slots are the words within the drawn span in the
+    same sentence, the negatives count once per pair of the window, and no negative equals its center."""
+    sampler, ids, sentence, _ = _sampler(window=3, batch=50, n=200)
+    batch = next(sampler)
+    kept, sent = sampler._epoch(0)
+    assert np.array_equal(kept, ids) and np.array_equal(sent, sentence)  # sample 0 keeps every word
+    m = 3
+    for r in range(50):
+        center = batch["inputs"][r, 0].item()
+        assert center == ids[r]
+        slots = batch["targets"][r, :2 * m].numpy()
+        mask = batch["weight"][r, :2 * m].numpy() > 0
+        context = {(p - r) for p in range(max(0, r - m), min(len(ids), r + m + 1))
+                   if p != r and sentence[p] == sentence[r]}
+        offsets = np.array([-3, -2, -1, 1, 2, 3])
+        got = set(offsets[mask].tolist())
+        assert got <= context
+        span = max(abs(o) for o in got) if got else 0
+        assert got == {o for o in context if abs(o) <= span} or not got
+        assert np.array_equal(slots[mask], ids[r + offsets[mask]])
+        negs = batch["targets"][r, 2 * m:].numpy()
+        assert (negs != center).all()
+        assert (batch["weight"][r, 2 * m:].numpy() == mask.sum()).all()
+        assert (batch["sign"][r, :2 * m] == 1).all() and (batch["sign"][r, 2 * m:] == -1).all()
+
+
+def test_dynamic_window_span_is_uniform():
+    """The span b ~ U{1..m}: the share of windows whose farthest slot is k is about 1/m for every k
+    (sentences long enough that the sentence never cuts a window)."""
+    n, m = 20000, 4
+    ids = np.arange(n) % 50
+    sampler = WindowSampler(ids, np.zeros(n, np.int64), np.bincount(ids), m, 1, n - 2 * m, 0.0)
+    sampler.offset = m  # no window touches the corpus ends
+    w = next(sampler)["weight"][:, :2 * m].numpy() > 0
+    span = np.abs(np.array([-4, -3, -2, -1, 1, 2, 3, 4]) * w).max(1)
+    share = np.bincount(span, minlength=m + 1)[1:] / len(span)
+    np.testing.assert_allclose(share, 1 / m, atol=0.02)
+
+
+def test_noise_distribution_is_unigram_to_the_three_quarters():
+    counts = np.array([1000, 100, 10, 1])
+    p = noise_distribution(counts)
+    np.testing.assert_allclose(p, counts ** 0.75 / (counts ** 0.75).sum())
+    # the sampler's negatives follow it (center word 4 is outside the noise support, so nothing is redrawn)
+    n = 200000
+    ids = np.full(n, 4)
+    sampler = WindowSampler(ids, np.arange(n), np.append(counts, 0), 1, 1, n, 0.0)
+    negs = next(sampler)["targets"][:, -1].numpy()
+    np.testing.assert_allclose(np.bincount(negs, minlength=5)[:4] / n, p, atol=4e-3)
+
+
+def test_subsampling_probability():
+    """word2vec.c / gensim: keep = (sqrt(f/(sT)) + 1) sT/f, capped at 1; and each epoch keeps that share."""
+    counts = np.array([50000, 5000, 500, 50, 5])
+    s, total = 1e-3, counts.sum()
+    expected = np.minimum((np.sqrt(counts / (s * total)) + 1) * s * total / counts, 1.0)
+    np.testing.assert_allclose(keep_probability(counts, s), expected)
+    assert keep_probability(counts, s)[0] < 0.5 and keep_probability(counts, s)[-1] == 1.0
+    assert (keep_probability(counts, 0.0) == 1).all()
+    ids = np.repeat(np.arange(5), counts)
+    sampler = WindowSampler(ids, np.zeros(len(ids), np.int64), counts, 2, 2, 10, s)
+    kept = np.bincount(sampler._epoch(0)[0], minlength=5) / counts
+    np.testing.assert_allclose(kept, expected, atol=0.02)
+    assert sampler.expected_centers() == pytest.approx((counts * expected).sum())
+
+
+def test_sampler_resumes_exactly_across_epochs():
+    sampler = _sampler(n=100, batch=64, sample=1e-2)[0]
+    for _ in range(3):
+        next(sampler)
+    state = sampler.state_dict()
+    a = next(sampler)
+    resumed = _sampler(n=100, batch=64, sample=1e-2)[0]
+    resumed.load_state_dict(state)
+    b = next(resumed)
+    assert state["epoch"] >= 1 and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _topic_corpus(seed=0, sentences=1500):
+    """Two topics: each sentence draws 8 words from one of two disjoint sets of 10 words."""
+    rng = np.random.default_rng(seed)
+    topics = [[f"a{i}" for i in range(10)], [f"b{i}" for i in range(10)]]
+    return [list(rng.choice(topics[rng.integers(2)], 8)) for _ in range(sentences)]
+
+
+@pytest.mark.parametrize("arch", ["skipgram", "cbow"])
+def test_related_words_end_up_closer(arch):
+    sentences = _topic_corpus()
+    words, counts = build_vocab(sentences, 1)
+    ids, sent = encode_sentences(sentences, words)
+    cfg = Word2VecRecipe(architecture=arch, dim=16, window=3, negatives=5, min_count=1, sample=0.0, epochs=3,
+                         batch_size=256, threads=1)
+    model, result, steps = fit_word2vec(ids, sent, counts, cfg, seed=0)
+    assert result.steps == steps
+    v = model.vectors / model.vectors.norm(dim=1, keepdim=True)
+    topic = torch.tensor([w[0] == "a" for w in words])
+    cos = v @ v.T
+    same = cos[topic][:, topic].sum() - topic.sum()  # off-diagonal mean within topic a
+    same = same / (topic.sum() * (topic.sum() - 1))
+    across = cos[topic][:, ~topic].mean()
+    assert same > across + 0.3, (float(same), float(across))
+    near = [w for w, _ in nearest_neighbours(model.vectors, words, "a0", 5)]
+    assert all(w.startswith("a") for w in near), near
+
+
+def test_vocabulary_and_encoding():
+    words, counts = build_vocab([["x", "y", "x"], ["z", "x", "y"]], 2)
+    assert words == ["x", "y"] and counts.tolist() == [3, 2]
+    ids, sent = encode_sentences([["x", "z", "y"], ["q"], ["y"]], words)
+    assert ids.tolist() == [0, 1, 1] and sent.tolist() == [0, 0, 2]
+    with pytest.raises(DataError, match="min_count=5"):
+        build_vocab([["x", "y", "x"]], 5)
+
+
+def test_bad_settings():
+    with pytest.raises(ConfigError, match="window is 0"):
+        Word2VecRecipe(window=0)
+    with pytest.raises(ConfigError, match="window is 0"):
+        WindowSampler(np.array([0, 1]), np.zeros(2, np.int64), np.array([1, 1]), 0, 1)
+    with pytest.raises(DataError, match="no word"):
+        WindowSampler(np.array([], np.int64), np.array([], np.int64), np.array([1]), 2, 1)
+    with pytest.raises(ConfigError, match="not in the 3-word vocabulary"):
+        nearest_neighbours(torch.randn(3, 4), ["a", "b", "c"], "d")
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_export_formats(tmp_path, binary):
+    words = ["the", "naïve", "<unk>"]
+    vec = torch.randn(3, 5)
+    path = save_word2vec_format(tmp_path / "v", words, vec, binary)
+    raw = path.read_bytes()
+    assert raw.startswith(b"3 5\n")
+    if binary:
+        first = raw[4:4 + len(b"the ") + 20]
+        assert first[:4] == b"the " and np.array_equal(np.frombuffer(first[4:], "<f4"), vec[0].numpy())
+    else:
+        rows = raw.decode().splitlines()[1:]
+        assert [r.split()[0] for r in rows] == words
+        np.testing.assert_array_equal(np.array([r.split()[1:] for r in rows], np.float32), vec.numpy())
+    gensim = pytest.importorskip("gensim")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(str(path), binary=binary)
+    assert list(kv.index_to_key) == words
+    np.testing.assert_array_equal(kv.vectors, vec.numpy())
+    with pytest.raises(DataError, match="white space"):
+        save_word2vec_format(tmp_path / "w", ["a b"], torch.zeros(1, 2))
+
+
+def test_evaluation_matches_gensim(tmp_path):
+    """Our WordSim-353 Spearman and analogy accuracy equal gensim's evaluate_word_pairs / evaluate_word_analogies
+    on the same vectors (random vectors over a vocabulary that covers part of both files)."""
+    gensim = pytest.importorskip("gensim")
+    from genfeat.eval.word_vectors import gensim_test_file
+
+    sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
+    words = []
+    for line in sim_file.read_text().splitlines():
+        if not line.startswith("#"):
+            words += line.split("\t")[:2]
+    for line in ana_file.read_text().splitlines()[:3000]:
+        if not line.startswith(":"):
+            words += line.split()
+    words = list(dict.fromkeys(w.lower() for w in words))[:600]
+    words.insert(3, words[5].upper())  # a case variant: the more frequent form must win in both
+    vec = torch.randn(len(words), 8, generator=torch.Generator().manual_seed(0))
+    kv = gensim.models.KeyedVectors(8)
+    kv.add_vectors(words, vec.numpy())
+    ours = word_similarity(vec, words, sim_file)
+    theirs = kv.evaluate_word_pairs(str(sim_file))
+    assert ours["spearman"] == pytest.approx(theirs[1].statistic, abs=1e-6)
+    assert ours["pairs"] > 20
+    ana = analogy_accuracy(vec, words, ana_file)
+    score, sections = kv.evaluate_word_analogies(str(ana_file))
+    asked = sum(len(s["correct"]) + len(s["incorrect"]) for s in sections if s["section"] == "Total accuracy")
+    assert ana["questions"] == asked > 50
+    assert ana["accuracy"] == pytest.approx(score, abs=1e-9)

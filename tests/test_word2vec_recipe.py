@@ -1,0 +1,89 @@
+"""word2vec end to end on real text (PTB's validation split): the debug recipe's results, the exported
+vectors, the neighbours command, and bad input ending in one clear error line."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from genfeat.cli import main
+from genfeat.runner import run_recipe
+
+DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "word2vec" / "debug.yaml"
+pytestmark = pytest.mark.skipif(not (DATA / "ptb" / "ptb.valid.txt").is_file(), reason="needs GENFEAT_DATA with PTB")
+
+
+def genfeat(capsys, *args):
+    """(exit status, stdout, stderr) of the command line, run in this process (no interpreter start-up)."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(result, needle):
+    code, _, err = result
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "fix:" in lines[0], err
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def debug_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("w2v")
+    result = run_recipe(RECIPE, {"export": "text", "similarity_file": "", "analogy_file": ""}, out_dir=out,
+                        progress=False)
+    return out, result
+
+
+def test_debug_recipe(debug_run):
+    out, result = debug_run
+    saved = json.loads((out / "results.json").read_text())
+    # PTB valid: 73,760 words with <unk>, no <eos>; the words seen 3+ times
+    assert saved["corpus_words"] == result["corpus_words"] and 60000 < saved["corpus_words"] < 73760
+    assert saved["words_per_s"] > 0 and saved["steps"] >= 1
+    rows = (out / "vectors.txt").read_text().splitlines()
+    assert rows[0] == f"{saved['vocab_size']} 32" and len(rows) == saved["vocab_size"] + 1
+    assert rows[1].split()[0] == "the"
+    losses = [json.loads(line)["sgns"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert losses[-1] < losses[0]
+
+
+def test_neighbours_command(debug_run, capsys):
+    out, _ = debug_run
+    code, stdout, err = genfeat(capsys, "neighbours", "--checkpoint", str(out / "final"), "--word", "the", "--top", "4",
+                                "--json")
+    assert code == 0, err
+    found = json.loads(stdout.splitlines()[-1])["neighbours"]
+    assert len(found) == 4 and "the" not in [f["word"] for f in found]
+    cos = [f["cosine"] for f in found]
+    assert cos == sorted(cos, reverse=True) and all(-1 <= c <= 1 for c in cos)
+    one_error_line(genfeat(capsys, "neighbours", "--checkpoint", str(out / "final"), "--word", "zyzzyva"),
+                   "'zyzzyva' is not in the")
+
+
+def test_gensim_reads_our_checkpoint_vectors(debug_run):
+    gensim = pytest.importorskip("gensim")
+    from genfeat.hub import load_checkpoint
+
+    out, _ = debug_run
+    model, vocab = load_checkpoint(out / "final", "word2vec")
+    kv = gensim.models.KeyedVectors.load_word2vec_format(str(out / "vectors.txt"))
+    assert list(kv.index_to_key) == vocab.symbols
+    np.testing.assert_allclose(kv.vectors, model.vectors.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("text, override, needle", [
+    ("\n\n  \n", [], "holds no text"),
+    ("a b c\nd e\n", [], "no word of the corpus occurs min_count=3 times"),
+    ("a b c\n", ["--window", "0"], "window is 0"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, text, override, needle):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text)
+    one_error_line(genfeat(capsys, "run", str(RECIPE), "--out", str(tmp_path / "out"), "--corpus", f"[{corpus}]",
+                           "--no-progress", *override), needle)
