@@ -1,4 +1,4 @@
-"""BERT pretraining through the Trainer: examples and NSP pairs, a recipe run, its checkpoint, exact resume."""
+"""BERT pretraining through the Trainer: seeded examples, a recipe run, its checkpoint, exact resume."""
 
 import math
 import os
@@ -10,42 +10,27 @@ import torch
 import genfeat
 from genfeat.errors import ConfigError
 from genfeat.hub import load_checkpoint
-from genfeat.methods.bert import make_examples
+from genfeat.framework.stream import TensorStream
+from genfeat.methods.bert import SeededExamples
 from genfeat.runner import run_recipe
 
-SPECIAL = {"cls": 2, "sep": 3}
 WIKI = Path(os.environ.get("GENFEAT_DATA", "../shared/data")) / "wikitext-2" / "wiki.valid.tokens"
 WORDS = ("the model learns features from unlabelled text and the classifier uses them while margins widen "
          "quickly over many steps").split()
 
 
-def test_examples_are_cls_body_sep_without_nsp():
-    ids = list(range(10, 60))
-    ex = make_examples(ids, 8, SPECIAL, nsp=False, generator=torch.Generator().manual_seed(0))
-    assert ex["input_ids"].shape == (8, 8) and set(ex) == {"input_ids", "token_type_ids"}
-    assert (ex["input_ids"][:, 0] == 2).all() and (ex["input_ids"][:, -1] == 3).all()
-    assert ex["input_ids"][:, 1:-1].flatten().tolist() == ids[:48]  # the stream, in order, nothing dropped inside
-    assert (ex["token_type_ids"] == 0).all()
-
-
-def test_nsp_pairs_keep_or_swap_the_second_segment():
-    ids = list(range(100, 100 + 13 * 400))
-    ex = make_examples(ids, 16, SPECIAL, nsp=True, generator=torch.Generator().manual_seed(1))
-    x, types, label = ex["input_ids"], ex["token_type_ids"], ex["next_sentence_label"]
-    assert x.shape == (400, 16) and abs(label.float().mean() - 0.5) < 0.08
-    chunks = torch.tensor(ids).view(400, 13)
-    for i in range(400):
-        row = x[i].tolist()
-        assert row[0] == 2 and row[-1] == 3 and row.count(3) == 2
-        cut = row.index(3)  # [CLS] A [SEP] B [SEP]
-        a, b = row[1:cut], row[cut + 1:-1]
-        assert len(a) >= 1 and len(b) >= 1 and a == chunks[i, :len(a)].tolist()
-        assert types[i].tolist() == [0] * (cut + 1) + [1] * (16 - cut - 1)
-        if label[i] == 0:
-            assert b == chunks[i, len(a):].tolist()  # B is what followed A
-        else:  # B is the start of another example's body
-            starts = (chunks[:, 0] == b[0]).nonzero().flatten().tolist()
-            assert starts and starts[0] != i and chunks[starts[0], :len(b)].tolist() == b
+def test_examples_carry_seeds_fixed_by_example_and_epoch_on_any_rank():
+    tensors = {"input_ids": torch.arange(16).view(8, 2), "index": torch.arange(8)}
+    whole = SeededExamples(TensorStream(tensors, 4, seed=1), seed=5)
+    epoch0 = [next(whole) for _ in range(2)]
+    epoch1 = next(whole)
+    seed_of = {int(i): int(s) for b in epoch0 for i, s in zip(b["input_ids"][:, 0] // 2, b["seed"])}
+    assert len(set(seed_of.values())) == 8 and "index" not in epoch0[0]
+    assert all(seed_of[int(i)] != int(s) for i, s in zip(epoch1["input_ids"][:, 0] // 2, epoch1["seed"]))
+    half = SeededExamples(TensorStream(tensors, 4, seed=1), seed=5)
+    half.shard(1, 2)
+    got = next(half)
+    assert torch.equal(got["seed"], epoch0[0]["seed"][2:]) and torch.equal(got["input_ids"], epoch0[0]["input_ids"][2:])
 
 
 def recipe(tmp_path, steps=3, **data):

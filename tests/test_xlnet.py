@@ -154,7 +154,8 @@ def test_attention_at_chosen_query_rows_matches_the_full_rows_with_gradients():
     assert all(torch.allclose(a, c, atol=1e-10) for a, c in zip(grads[0][1], grads[1][1]))
 
 
-@pytest.mark.parametrize("name", ["debug", "pretrain_k6", "pretrain_k7", "no_memory", "no_span", "no_bidir"])
+@pytest.mark.parametrize("name", ["debug", "pretrain_k6", "pretrain_k7", "no_memory", "no_span", "no_bidir", "nsp",
+                                  "dae_txl"])
 def test_recipe_model_sections_are_valid_configs(name):
     from pathlib import Path
 

@@ -1,4 +1,5 @@
-"""End to end on real PTB: the XLNet debug recipe pretrains, checkpoints, evaluates, exports to HF."""
+"""End to end on real WikiText-2: the XLNet debug recipe trains a sentencepiece tokenizer, pretrains,
+checkpoints, evaluates, exports to HF; the NSP and DAE + Transformer-XL variants run."""
 
 import json
 import math
@@ -11,18 +12,19 @@ import pytest
 import torch
 
 import genfeat
+from genfeat.data.vocab import SentencePieceVocab
 from genfeat.hub import load_checkpoint
-from genfeat.methods.xlnet import permutation_lm_loss
+from genfeat.methods.xlnet import held_out_loss, pretraining_text
 from genfeat.models.xlnet import XLNetLMHeadModel
 from genfeat.objectives.permutation_lm import PermutationLMConfig, PermutationLMObjective
-from genfeat.runner import load_recipe
+from genfeat.runner import load_recipe, run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DEBUG = ROOT / "recipes" / "xlnet" / "debug.yaml"
 
-pytestmark = pytest.mark.skipif(not os.environ.get("GENFEAT_DATA") or
-                                not (Path(os.environ.get("GENFEAT_DATA", "")) / "ptb" / "ptb.train.txt").is_file(),
-                                reason="needs GENFEAT_DATA with ptb/ptb.train.txt")
+pytestmark = pytest.mark.skipif(not os.environ.get("GENFEAT_DATA") or not (
+    Path(os.environ.get("GENFEAT_DATA", "")) / "wikitext-2" / "wiki.test.tokens").is_file(),
+    reason="needs GENFEAT_DATA with wikitext-2")
 
 
 def genfeat_cli(*args):
@@ -41,21 +43,41 @@ def trained(tmp_path_factory):
 def test_debug_recipe_pretrains_and_reports(trained):
     out, result = trained
     assert result["steps"] == 20 and result["seconds"] > 0
-    # 20 steps of a tiny model already beat the uniform distribution over PTB's 10,000 words
-    assert result["valid_loss"] < math.log(10000) - 0.05
+    # 20 steps of a tiny model already beat the uniform distribution over the 1,000 pieces
+    assert result["valid_loss"] < math.log(1000) - 0.05
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("plm" in r for r in records) and any(r.get("event") == "eval" for r in records)
-    # the checkpoint holds the trained weights: on the held-out tokens evaluated during training,
-    # its loss is the one logged at the last step
+    # the sentencepiece model trained on the text is in OUT/tokenizer and beside the checkpoint
+    assert (out / "tokenizer" / "spiece.model").is_file()
     model, vocab = load_checkpoint(out / "final", architecture="xlnet")
-    assert isinstance(model, XLNetLMHeadModel) and len(vocab) == 10000
+    assert isinstance(model, XLNetLMHeadModel) and isinstance(vocab, SentencePieceVocab) and len(vocab) == 1000
+    # the checkpoint holds the trained weights: on the held-out batches evaluated during training,
+    # its loss is the one logged at the last step
     _, cfg = load_recipe(DEBUG)
-    from genfeat.data.corpora import load_corpus
-
-    valid = load_corpus("ptb:valid", vocab).splits["valid"][:cfg.data.valid_tokens]
-    again = permutation_lm_loss(model, valid, cfg.objective, seq_len=cfg.data.seq_len, batch_size=cfg.data.batch_size)
+    text = pretraining_text(cfg.data, cfg.model, 0, out, resume=True)
+    scorer = PermutationLMObjective(cfg.objective, special_ids=[text.special["sep"], text.special["cls"]])
+    again = held_out_loss(model, scorer, text.valid, cfg.data.valid_batches)
     last = [r for r in records if r.get("event") == "eval"][-1]
     assert last["step"] == 20 and abs(again["valid_loss"] - last["valid_loss"]) < 1e-5
+
+
+@pytest.mark.parametrize("variant", ["nsp", "dae_txl"])
+def test_nsp_and_dae_variants_train(tmp_path, variant):
+    recipe = (ROOT / "recipes" / "xlnet" / "debug.yaml").read_text()
+    if variant == "nsp":
+        recipe = recipe.replace("span: true}", "span: true, nsp: true}")
+    else:
+        recipe = recipe.replace("method: xlnet", "method: dae_txl").replace(
+            "objective: {k: 6, num_predict: 5, span: true}", "objective: {mask_rate: 0.15, nsp: true}")
+    (tmp_path / "r.yaml").write_text(recipe)
+    result = run_recipe(tmp_path / "r.yaml", overrides={"steps": 3, "data.valid_batches": 2, "train.eval_every": 0},
+                        out_dir=tmp_path / "run", progress=False)
+    assert result["steps"] == 3 and 0 < result["valid_loss"] < math.log(1000) + 1.5
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    key = "plm/nsp_loss" if variant == "nsp" else "mlm/nsp_loss"
+    assert any(key in r for r in records)
+    model = genfeat.from_pretrained(tmp_path / "run" / "final")
+    assert model.config.nsp
 
 
 def test_export_to_hugging_face_loads_there(trained, tmp_path):
@@ -64,7 +86,7 @@ def test_export_to_hugging_face_loads_there(trained, tmp_path):
     genfeat_cli("export", "--checkpoint", str(out / "final"), "--out", str(tmp_path / "hf"), "--format", "hf", "--json")
     hf = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "hf").eval()
     ours = genfeat.from_pretrained(out / "final")
-    x = torch.randint(0, 10000, (2, 24), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, 1000, (2, 24), generator=torch.Generator().manual_seed(0))
     sampler = PermutationLMObjective(PermutationLMConfig(num_predict=4), torch.Generator().manual_seed(1))
     perm, mapping, _ = sampler.sample(x)
     with torch.no_grad():

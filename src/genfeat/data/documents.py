@@ -60,6 +60,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
+from ..config import Config
 from ..errors import ConfigError, DataError
 from .registry import DatasetSpec, FileSpec, register, resolve
 
@@ -79,6 +80,38 @@ _WIKI_TITLE = re.compile(r"^ = [^=].* = $")
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 Document = list[str]
+
+
+@dataclass
+class PretrainingTextConfig(Config):
+    """The pretraining text of a run and its tokenizer (the data section of the XLNet and BERT recipes)."""
+
+    train_text: str = "imdb:train"
+    """Training text: a registered text corpus NAME:SPLIT (imdb:train, wikitext2:valid, ptb:train, ...),
+    a text file (documents separated by blank lines) or a folder of text files (one document each)."""
+    valid_text: str = "imdb:valid"
+    """Held-out text, in the same forms."""
+    max_documents: int = 0
+    """Train on the first this many documents of ``train_text`` (0: all)."""
+    valid_documents: int = 0
+    """Hold out the first this many documents of ``valid_text`` (0: all)."""
+    tokenizer: str | None = None
+    """A tokenizer folder (``genfeat tokenizer train`` or Hugging Face's tokenizer.json / vocab.txt /
+    spiece.model); None: train one of the method's kind on the training text (written to OUT/tokenizer)."""
+    vocab_size: int = 8000
+    """Size of the tokenizer trained when ``tokenizer`` is None."""
+    lowercase: bool = False
+    """Lower-case the text in the tokenizer trained when ``tokenizer`` is None."""
+    seq_len: int = 128
+    """Tokens per example or segment, special tokens included."""
+    batch_size: int = 8
+    """Examples (rows) per step: the global batch."""
+
+    def __post_init__(self):
+        if self.seq_len < 5 or self.batch_size < 1 or min(self.max_documents, self.valid_documents) < 0 \
+                or self.vocab_size < 10:
+            raise ValueError(f"seq_len ({self.seq_len}) must be >= 5, batch_size ({self.batch_size}) >= 1, "
+                             f"max_documents and valid_documents >= 0 and vocab_size ({self.vocab_size}) >= 10")
 
 
 def split_sentences(line: str) -> list[str]:
@@ -412,3 +445,23 @@ def bert_examples(ids: Tensor, sent: Tensor, seq_len: int, layout: PairLayout, n
     if nsp:
         out["next_sentence_label"] = torch.tensor(labels)
     return out
+
+
+def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowercase: bool, tokenizer: str | None,
+                       out_dir: Path | None, resume: bool):
+    """The tokenizer of a pretraining run: the folder ``tokenizer`` when given; else the one trained into
+    OUT/tokenizer (read back when resuming), or one trained on the sentences of ``docs`` (kind
+    ``wordpiece`` or ``sentencepiece``) into OUT/tokenizer (a temporary folder without OUT)."""
+    import tempfile
+
+    from .tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
+
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer)
+    if resume and out_dir is not None and (Path(out_dir) / "tokenizer").is_dir():
+        return load_tokenizer(Path(out_dir) / "tokenizer")
+    cfg = TokenizerConfig(kind, vocab_size, lowercase)
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tmp) / "sentences.txt"
+        text.write_text("".join(f"{s}\n" for doc in docs for s in doc), encoding="utf-8")
+        return train_tokenizer(cfg, text, Path(out_dir or tmp) / "tokenizer")

@@ -4,13 +4,15 @@ Recipe: ``method: bert`` plus the fields of :class:`BertRecipe`. The model secti
 of :class:`genfeat.models.bert.BertConfig`; ``n_token`` and ``pad_id`` come from the tokenizer and
 ``nsp`` from the objective section.
 
-Data: the text (a registered corpus split, a file or a folder of documents) is tokenised without
-special tokens, its non-blank lines joined into one stream and cut into examples of ``seq_len``
-tokens, [CLS] and [SEP] included, so no example is padded. With NSP each example's body is cut at
-a random point into segments A and B, and B is replaced, for half the examples, by the start of
-another example's body ("B is not the next text", label 1); the cut falls between subwords, not
-between sentences (a simplification of BERT's sentence-pair pipeline). Which tokens are masked is
-drawn anew at every step (:class:`~genfeat.objectives.masked_lm.MaskedLMObjective`).
+Data (genfeat.data.documents): the text (``imdb:train``, ``wikitext2:valid``, ``ptb:train``, a text
+file or a folder of documents) is read as documents of sentences, tokenised without special tokens
+by WordPiece (``data.tokenizer``, or one trained on the training text into OUT/tokenizer) into one
+stream and read once into examples of ``seq_len`` tokens, [CLS] and [SEP] included, so no example
+is padded. With NSP an example is ``[CLS] A [SEP] B [SEP]``, A ending at a sentence boundary and B
+the sentences that follow (label 0) or, half the time, sentences from a random place (label 1).
+Which tokens are masked is drawn anew at every step
+(:class:`~genfeat.objectives.masked_lm.MaskedLMObjective`) from a seed fixed by the example and the
+epoch, so a torchrun run masks as one process with the same global batch.
 
 Result: ``valid_loss`` is the masked-LM cross-entropy (nats per masked token, NSP left out) of the
 held-out text under a masking drawn from a fixed seed, so it compares across steps, runs and recipes;
@@ -27,7 +29,8 @@ from typing import Any
 import torch
 
 from ..config import Config, from_dict, to_dict
-from ..errors import ConfigError, DataError
+from ..data.documents import PretrainingTextConfig
+from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.trainer import to_device
 from ..framework.checkpoint import resume_dir
@@ -42,32 +45,17 @@ EVAL_MASK_SEED = 1234
 
 
 @dataclass
-class BertDataConfig(Config):
-    """The pretraining text, its tokenizer and the examples cut from it."""
+class BertDataConfig(PretrainingTextConfig):
+    """The pretraining text, its WordPiece tokenizer and the examples cut from it (``seq_len`` at most
+    the model's max_position)."""
 
-    train_text: str = "wikitext2:train"
-    """Training text: a registered corpus file NAME:SPLIT (wikitext2:train, ptb:train, ...), a text
-    file, or a folder of text files (documents)."""
-    valid_text: str = "wikitext2:valid"
-    """Held-out text, in the same forms."""
-    tokenizer: str | None = None
-    """A tokenizer folder (``genfeat tokenizer train`` or Hugging Face's tokenizer.json / vocab.txt /
-    spiece.model); None: train a WordPiece tokenizer on ``train_text`` (written to OUT/tokenizer)."""
-    vocab_size: int = 8000
-    """Size of the WordPiece tokenizer trained when ``tokenizer`` is None."""
-    lowercase: bool = False
-    """Lower-case the text in the tokenizer trained when ``tokenizer`` is None."""
-    seq_len: int = 128
-    """Tokens per example, special tokens included (at most the model's max_position)."""
-    batch_size: int = 8
-    """Examples per step."""
     valid_examples: int = 0
     """Evaluate on the first this many held-out examples during training (0: all); the final figures use all."""
 
     def __post_init__(self):
-        if self.seq_len < 5 or self.batch_size < 1 or self.valid_examples < 0 or self.vocab_size < 10:
-            raise ValueError(f"seq_len ({self.seq_len}) must be >= 5, batch_size ({self.batch_size}) >= 1, "
-                             f"valid_examples ({self.valid_examples}) >= 0 and vocab_size ({self.vocab_size}) >= 10")
+        super().__post_init__()
+        if self.valid_examples < 0:
+            raise ValueError(f"valid_examples must be >= 0, got {self.valid_examples}")
 
 
 @dataclass
@@ -104,43 +92,6 @@ def text_path(spec: str) -> Path:
     return Path(spec)
 
 
-def make_examples(ids: list[int], seq_len: int, special: dict[str, int], nsp: bool,
-                  generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Cut a token stream into [CLS] body [SEP] examples, or [CLS] A [SEP] B [SEP] pairs with NSP labels.
-
-    Args:
-        ids: the text's token ids, without special tokens.
-        seq_len: tokens per example, special tokens included.
-        special: ids of the ``cls`` and ``sep`` tokens.
-        nsp: build sentence pairs (module doc).
-        generator: draws the cut points, which pairs are swapped and their partners.
-    Returns:
-        ``input_ids`` and ``token_type_ids`` [n, seq_len]; with ``nsp`` also ``next_sentence_label`` [n].
-    """
-    body = seq_len - (3 if nsp else 2)
-    n = len(ids) // body
-    if n < 1:
-        raise DataError(f"the text has {len(ids)} tokens, fewer than one example of {seq_len}",
-                        "use a longer text or a smaller data.seq_len")
-    chunks = torch.tensor(ids[:n * body], dtype=torch.long).view(n, body)
-    cls = torch.full((n, 1), special["cls"])
-    sep = torch.full((n, 1), special["sep"])
-    if not nsp:
-        input_ids = torch.cat([cls, chunks, sep], 1)
-        return {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids)}
-    cut = torch.randint(1, body, (n,), generator=generator).tolist()              # len(A) per example
-    # B is replaced for half the examples, by the start of any other example's body
-    swapped = ((torch.rand(n, generator=generator) < 0.5) & (n > 1)).tolist()
-    partner = ((torch.arange(n) + torch.randint(1, max(n, 2), (n,), generator=generator)) % n).tolist()
-    rows, types = [], []
-    for i, c in enumerate(cut):
-        b = chunks[partner[i], :body - c] if swapped[i] else chunks[i, c:]
-        rows.append(torch.cat([cls[0], chunks[i, :c], sep[0], b, sep[0]]))
-        types.append(torch.tensor([0] * (c + 2) + [1] * (body - c + 1)))
-    return {"input_ids": torch.stack(rows), "token_type_ids": torch.stack(types),
-            "next_sentence_label": torch.tensor(swapped, dtype=torch.long)}
-
-
 def _token_ids(path: Path, vocab) -> list[int]:
     from ..data.tokenizers import corpus_lines
 
@@ -150,21 +101,33 @@ def _token_ids(path: Path, vocab) -> list[int]:
     return ids
 
 
-def _load_or_train_tokenizer(data: BertDataConfig, train_path: Path, out_dir: Path | None, resume: bool):
-    """``data.tokenizer``; else the one trained into OUT/tokenizer (read back when resuming), or trained in a temporary folder."""
-    import tempfile
+class SeededExamples:
+    """A :class:`~genfeat.framework.stream.TensorStream` over examples with an ``index`` entry whose
+    batches carry ``seed`` (fixed by the stream's seed, the epoch and the example) in its place, so
+    the masking of an example does not depend on the rank it lands on (the Stream protocol)."""
 
-    from ..data.tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
+    def __init__(self, stream: TensorStream, seed: int):
+        self.stream, self.seed = stream, seed
 
-    if data.tokenizer is not None:
-        return load_tokenizer(data.tokenizer)
-    if resume and out_dir is not None and (Path(out_dir) / "tokenizer").is_dir():
-        return load_tokenizer(Path(out_dir) / "tokenizer")
-    tok_cfg = TokenizerConfig("wordpiece", data.vocab_size, data.lowercase)
-    if out_dir is not None:
-        return train_tokenizer(tok_cfg, train_path, Path(out_dir) / "tokenizer")
-    with tempfile.TemporaryDirectory() as tmp:
-        return train_tokenizer(tok_cfg, train_path, Path(tmp) / "tokenizer")
+    def __iter__(self) -> SeededExamples:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        from ..data.documents import example_seed
+
+        batch = next(self.stream)
+        index = batch.pop("index").tolist()
+        batch["seed"] = torch.tensor([example_seed(self.seed, self.stream.epoch, 0, i) for i in index])
+        return batch
+
+    def state_dict(self) -> dict:
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stream.load_state_dict(state)
+
+    def shard(self, rank: int, world: int) -> None:
+        self.stream.shard(rank, world)
 
 
 def masked_lm_figures(model, objective: MaskedLMObjective, examples: dict[str, torch.Tensor], batch_size: int,
@@ -190,9 +153,11 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     from ..data.tokenizers import special_ids, word_start
     from ..models.bert import BertConfig, BertForMaskedLM
 
+    from ..data.documents import PairLayout, bert_examples, document_tokenizer, encode_documents, read_documents
+
     data = cfg.data
-    train_path, valid_path = text_path(data.train_text), text_path(data.valid_text)
-    vocab = _load_or_train_tokenizer(data, train_path, out_dir, resume)
+    docs = read_documents(data.train_text, data.max_documents)
+    vocab = document_tokenizer(docs, "wordpiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume)
     special = special_ids(vocab)
     absent = [role for role in ("cls", "sep", "mask") if role not in special]
     if absent:
@@ -203,10 +168,10 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     if data.seq_len > model_cfg.max_position:
         raise ConfigError(f"data.seq_len {data.seq_len} is longer than model.max_position {model_cfg.max_position}",
                           "lower data.seq_len or raise model.max_position")
-    nsp = cfg.objective.nsp
-    train = make_examples(_token_ids(train_path, vocab), data.seq_len, special, nsp, torch.Generator().manual_seed(seed))
-    valid = make_examples(_token_ids(valid_path, vocab), data.seq_len, special, nsp,
-                          torch.Generator().manual_seed(EVAL_MASK_SEED))
+    nsp, layout = cfg.objective.nsp, PairLayout(special["sep"], special["cls"])
+    train = bert_examples(*encode_documents(docs, vocab), data.seq_len, layout, nsp, torch.Generator().manual_seed(seed))
+    valid = bert_examples(*encode_documents(read_documents(data.valid_text, data.valid_documents), vocab), data.seq_len,
+                          layout, nsp, torch.Generator().manual_seed(EVAL_MASK_SEED))
     starts = word_start(vocab) if cfg.objective.whole_word else None
     seed_everything(seed)
     model = BertForMaskedLM(model_cfg)
@@ -222,7 +187,9 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    trainer = Trainer(model, one_phase(objective, TensorStream(train, data.batch_size, seed=seed), cfg.steps, cfg.optim),
+    examples = SeededExamples(TensorStream({**train, "index": torch.arange(len(train["input_ids"]))}, data.batch_size,
+                                           seed=seed), seed)
+    trainer = Trainer(model, one_phase(objective, examples, cfg.steps, cfg.optim),
                       train_cfg, evaluate=evaluate, out_dir=out_dir,
                       checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
                       save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)

@@ -1,18 +1,27 @@
-"""XLNet pretraining (thesis §2.2): one phase of permutation LM with segment-level memory.
+"""XLNet pretraining (thesis §2.2) and its "DAE + Transformer-XL" baseline (Table 2.19 row 2).
 
-Recipe: ``method: xlnet`` plus the fields of :class:`XLNetRecipe`. The model section takes the
-fields of :class:`genfeat.models.xlnet.XLNetConfig`; ``n_token`` comes from the corpus vocabulary.
+Recipes: ``method: xlnet`` (permutation LM, :class:`XLNetRecipe`) and ``method: dae_txl`` (masked
+LM on the same backbone and data, :class:`DAERecipe`). The model section takes the fields of
+:class:`genfeat.models.xlnet.XLNetConfig`; ``n_token`` comes from the tokenizer and ``nsp`` from
+the objective section.
 
-Data: a registered word-level corpus (PTB, WikiText-2, ...) with its standard vocabulary, cut into
-``batch_size`` contiguous streams and those into consecutive segments of ``seq_len`` tokens, so
-the memory of one segment is the context of the next (``data.lm``). With ``model.bi_data`` (the
-bidirectional pipeline) half of the streams read the text forwards and half read it backwards.
-Not yet here: the original pipeline's ``A <sep> B <sep> <cls>`` two-segment input, next-sentence
-prediction and a SentencePiece tokenizer.
+Data (genfeat.data.documents): the training text (``imdb:train``, ``wikitext2:valid``, ``ptb:train``,
+a text file or a folder of documents) is read as documents of sentences and tokenised with a
+sentencepiece unigram model (``data.tokenizer``, or one trained on the training text, written to
+OUT/tokenizer and saved beside every checkpoint as vocab.json), documents ending in ``<eod>``.
+The token stream is cut into ``batch_size`` rows; every segment is ``reuse_len`` tokens that continue
+its row followed by ``A <sep> B <sep> <cls>`` (B the next sentences or, half the time, sentences from
+elsewhere; segment ids 0, 1 and 2 for ``<cls>``), and rows advance by ``reuse_len``, so with
+``model.mem_len`` > 0 the memory of the reused positions is the context of the next segment.
+``reuse_len`` is the model's (``model.reuse_len``, default seq_len / 2 as XLNet's 256 of 512).
+With ``model.bi_data`` half of the rows read the stream reversed (the bidirectional pipeline).
+``<sep>`` and ``<cls>`` are never predicted. Examples carry seeds, so masks and orders do not depend
+on the number of torchrun processes.
 
-Result: ``valid_loss`` is the permutation-LM cross-entropy (nats per predicted token) of the
-held-out split, read as consecutive segments with memory, under factorization orders and
-predicted tokens drawn from a fixed seed, so it compares across steps, runs and recipes.
+Result: ``valid_loss`` is the recipe's own objective on the held-out text (nats per predicted /
+masked token, NSP left out), read as the segments of the same pipeline with memory, predicted
+tokens, orders and masks drawn from fixed seeds, so it compares across steps, runs and the recipes
+of one objective.
 """
 
 from __future__ import annotations
@@ -20,156 +29,153 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..config import Config, from_dict, to_dict
-from ..data.lm import LMBatch, LMOrderedStream, iter_lm_segments
+from ..data.documents import PretrainingTextConfig
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
 from ..io import write_json_atomic
+from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..objectives.permutation_lm import PermutationLMConfig, PermutationLMObjective
 from ..runner import register_method
 
 EVAL_SEED = 1234
-"""Seed of the orders and predicted tokens of the held-out text (the same at every evaluation)."""
+"""Seed of the held-out pairs, orders, predicted tokens and masks (the same at every evaluation)."""
 
 
 @dataclass
-class XLNetDataConfig(Config):
-    """The pretraining corpus and how it is batched."""
+class XLNetDataConfig(PretrainingTextConfig):
+    """The pretraining text, its sentencepiece tokenizer and the segments cut from it (``seq_len``:
+    reused part, A, B and the three special tokens)."""
 
-    corpus: str = "wikitext2"
-    """A registered word-level corpus with train and valid splits (ptb, wikitext2, wikitext103)."""
-    vocab: dict[str, Any] = field(default_factory=dict)
-    """Vocabulary settings (genfeat.data.vocab.VocabConfig fields); empty: the corpus's standard vocabulary."""
-    seq_len: int = 128
-    """Tokens per segment."""
-    batch_size: int = 8
-    """Contiguous streams the training split is cut into (the global batch)."""
-    valid_tokens: int = 0
-    """Evaluate on the first this many held-out tokens during training (0: all); the final figures use all."""
+    valid_batches: int = 0
+    """Evaluate on the first this many held-out batches during training (0: all); the final figures use all."""
 
     def __post_init__(self):
-        if self.seq_len < 1 or self.batch_size < 1 or self.valid_tokens < 0:
-            raise ValueError(f"data.seq_len ({self.seq_len}) and data.batch_size ({self.batch_size}) must be >= 1 "
-                             f"and data.valid_tokens ({self.valid_tokens}) >= 0")
+        super().__post_init__()
+        if self.valid_batches < 0:
+            raise ValueError(f"valid_batches must be >= 0, got {self.valid_batches}")
 
 
 @dataclass
-class XLNetRecipe(Config):
-    """Permutation-LM pretraining of an XLNet backbone."""
+class _PretrainingRecipe(Config):
+    """What the XLNet-backbone recipes share; each adds its ``objective``."""
 
     data: XLNetDataConfig = field(default_factory=XLNetDataConfig)
     model: dict[str, Any] = field(default_factory=dict)
-    """Fields of genfeat.models.xlnet.XLNetConfig (without n_token)."""
-    objective: PermutationLMConfig = field(default_factory=PermutationLMConfig)
+    """Fields of genfeat.models.xlnet.XLNetConfig (without n_token and nsp)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     steps: int = 1000
     """Optimizer steps."""
 
     def __post_init__(self):
-        if "n_token" in self.model:
-            raise ConfigError("model.n_token is set in the recipe", "drop model.n_token: it comes from the vocabulary")
+        for key in ("n_token", "nsp"):
+            if key in self.model:
+                raise ConfigError(f"model.{key} is set in the recipe",
+                                  f"drop model.{key}: it comes from the tokenizer (n_token) or objective.nsp")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 
 
-def _join(forward: LMBatch, backward: LMBatch) -> LMBatch:
-    return LMBatch(torch.cat([forward.input, backward.input]), torch.cat([forward.target, backward.target]),
-                   forward.new_epoch or backward.new_epoch)
+@dataclass
+class XLNetRecipe(_PretrainingRecipe):
+    """Permutation-LM pretraining of an XLNet backbone."""
+
+    objective: PermutationLMConfig = field(default_factory=PermutationLMConfig)
 
 
-class BidirectionalStream:
-    """The bidirectional pipeline: the first half of each batch from ``batch_size / 2`` streams of the
-    text, the second half from as many streams of the text reversed (the Stream protocol)."""
+@dataclass
+class DAERecipe(_PretrainingRecipe):
+    """Masked-LM (denoising) pretraining of the XLNet backbone: "DAE + Transformer-XL"."""
 
-    def __init__(self, tokens: Tensor, batch_size: int, seq_len: int):
-        if batch_size % 2:
-            raise ConfigError(f"data.batch_size {batch_size} is odd but model.bi_data splits it into forward "
-                              "and reversed halves", "use an even data.batch_size")
-        self.parts = [LMOrderedStream(x, batch_size // 2, seq_len) for x in (tokens, tokens.flip(0))]
+    objective: MaskedLMConfig = field(default_factory=MaskedLMConfig)
 
-    def __iter__(self) -> BidirectionalStream:
-        return self
 
-    def __next__(self) -> LMBatch:
-        return _join(*(next(part) for part in self.parts))
+@dataclass
+class PretrainingText:
+    """The tokenizer and the training / held-out segment streams of a run."""
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"forward": self.parts[0].state_dict(), "backward": self.parts[1].state_dict()}
+    vocab: Any
+    special: dict[str, int]
+    train: Any
+    valid: Any
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.parts[0].load_state_dict(state["forward"])
-        self.parts[1].load_state_dict(state["backward"])
 
-    def shard(self, rank: int, world: int) -> None:
-        for part in self.parts:
-            part.shard(rank, world)
+def pretraining_text(data: XLNetDataConfig, model_cfg: dict[str, Any], seed: int, out_dir: Path | None,
+                     resume: bool) -> PretrainingText:
+    """Read, tokenise and cut the text of ``data`` (module doc) for a model section ``model_cfg``."""
+    from ..data.documents import PairLayout, XLNetPairStream, document_tokenizer, encode_documents, read_documents
+    from ..data.tokenizers import special_ids
+
+    docs = read_documents(data.train_text, data.max_documents)
+    vocab = document_tokenizer(docs, "sentencepiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume)
+    special = special_ids(vocab)
+    absent = [role for role in ("cls", "sep", "mask", "eod") if role not in special]
+    if absent:
+        raise ConfigError(f"tokenizer '{data.tokenizer}' has no {'/'.join(absent)} token",
+                          "use an XLNet (sentencepiece) tokenizer from 'genfeat tokenizer train --kind sentencepiece'")
+    reuse = model_cfg.get("reuse_len") or data.seq_len // 2
+    layout = PairLayout(special["sep"], special["cls"])
+    bi = bool(model_cfg.get("bi_data", False))
+
+    def stream(spec_docs, stream_seed):
+        ids, sent = encode_documents(spec_docs, vocab, special["eod"])
+        return XLNetPairStream(ids, sent, data.batch_size, data.seq_len, reuse, layout, bi, stream_seed)
+
+    return PretrainingText(vocab, special, stream(docs, seed),
+                           stream(read_documents(data.valid_text, data.valid_documents), EVAL_SEED))
 
 
 @torch.no_grad()
-def permutation_lm_loss(model: nn.Module, tokens: Tensor, cfg: PermutationLMConfig, *, seq_len: int,
-                        batch_size: int, seed: int = EVAL_SEED) -> dict[str, float]:
-    """Permutation-LM loss (nats per predicted token) of ``tokens`` read as ``batch_size`` contiguous
-    streams of consecutive segments with memory, orders and predicted tokens drawn from ``seed``.
-    With ``model.config.bi_data`` half of the streams read the text reversed, so the text is scored
-    in both directions (twice the predicted tokens)."""
+def held_out_loss(model: nn.Module, objective, valid, limit: int = 0) -> dict[str, float]:
+    """The objective's loss (per item, ``valid_loss``) and item count over the first ``limit`` (0: all)
+    batches of one pass of the held-out stream, in order (memory carried by the objective)."""
+    from ..framework.trainer import to_device
+
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    scorer = PermutationLMObjective(cfg, torch.Generator().manual_seed(seed))
-    if model.config.bi_data:
-        batches = map(_join, *(iter_lm_segments(x, batch_size // 2, seq_len) for x in (tokens, tokens.flip(0))))
-    else:
-        batches = iter_lm_segments(tokens, batch_size, seq_len)
-    loss = count = 0.0
-    for batch in batches:
-        out = scorer(model, replace(batch, input=batch.input.to(device)))
+    loss = count = correct = 0.0
+    for i, batch in enumerate(valid.epoch_batches()):
+        if limit and i >= limit:
+            break
+        out = objective(model, to_device(batch, device))
         loss += float(out.loss_sum)
         count += float(out.count)
+        correct += out.logs.get("correct", 0.0)
     model.train(was_training)
-    return {"valid_loss": loss / max(count, 1.0), "valid_predicted": int(count)}
+    figures = {"valid_loss": loss / max(count, 1.0), "valid_items": int(count)}
+    if isinstance(objective, MaskedLMObjective):
+        figures["valid_accuracy"] = correct / max(count, 1.0)
+    return figures
 
 
-@register_method("xlnet", XLNetRecipe)
-def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
-        resume: bool = False) -> dict[str, float]:
-    from ..data.corpora import load_corpus
-    from ..data.vocab import VocabConfig
+def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[PretrainingText, bool], Any], *, seed: int,
+              out_dir: Path | None, progress: bool, resume: bool) -> dict[str, float]:
+    """Build the model and text, train one phase of ``make_objective(text, for_eval)``, evaluate, save."""
     from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 
     data = cfg.data
-    vocab_cfg = from_dict(VocabConfig, data.vocab, "data.vocab") if data.vocab else None
-    corpus = load_corpus(data.corpus, vocab_cfg=vocab_cfg)
-    for split in ("train", "valid"):
-        if split not in corpus.splits:
-            raise ConfigError(f"corpus '{data.corpus}' has no split '{split}' (it has {sorted(corpus.splits)})",
-                              "use a registered corpus with train and valid splits (ptb, wikitext2, wikitext103)")
-    vocab = corpus.vocab
-    model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(vocab)}, "model")
+    text = pretraining_text(data, cfg.model, seed, out_dir, resume)
+    model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(text.vocab), "nsp": cfg.objective.nsp}, "model")
     seed_everything(seed)
     model = XLNetLMHeadModel(model_cfg)
-    train = corpus.splits["train"]
-    stream = (BidirectionalStream(train, data.batch_size, data.seq_len) if model_cfg.bi_data
-              else LMOrderedStream(train, data.batch_size, data.seq_len))
-    objective = PermutationLMObjective(replace(cfg.objective, recurrence=cfg.objective.recurrence
-                                               and model_cfg.mem_len > 0))
-    valid = corpus.splits["valid"]
 
-    def evaluate(m, tokens=valid[: data.valid_tokens] if data.valid_tokens else valid):
-        return permutation_lm_loss(m, tokens, cfg.objective, seq_len=data.seq_len, batch_size=data.batch_size)
+    def evaluate(m, limit=data.valid_batches):
+        return held_out_loss(m, make_objective(text, True), text.valid, limit)
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
-                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
-                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
+    trainer = Trainer(model, one_phase(make_objective(text, False), text.train, cfg.steps, cfg.optim), train_cfg,
+                      evaluate=evaluate, out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
+                      save_extra=lambda d: text.vocab.save(d / VOCAB_FILE), resume_from=resume_from)
     t0 = time.time()
     result = trainer.fit()
     train_seconds = time.time() - t0
@@ -177,8 +183,30 @@ def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
         return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
     model.eval()
     figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
-                                 "params": sum(p.numel() for p in model.parameters()), **evaluate(model, valid)}
+                                 "params": sum(p.numel() for p in model.parameters()), **evaluate(model, 0)}
     if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
+        save_pretrained(model, Path(out_dir) / "final", text.vocab)
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures
+
+
+@register_method("xlnet", XLNetRecipe)
+def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+        resume: bool = False) -> dict[str, float]:
+    recurrence = cfg.objective.recurrence and cfg.model.get("mem_len", 0) > 0
+
+    def objective(text: PretrainingText, for_eval: bool) -> PermutationLMObjective:
+        ocfg = replace(cfg.objective, recurrence=recurrence, nsp=cfg.objective.nsp and not for_eval)
+        return PermutationLMObjective(ocfg, special_ids=[text.special["sep"], text.special["cls"]])
+
+    return _pretrain(cfg, objective, seed=seed, out_dir=out_dir, progress=progress, resume=resume)
+
+
+@register_method("dae_txl", DAERecipe)
+def run_dae(cfg: DAERecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+            resume: bool = False) -> dict[str, float]:
+    def objective(text: PretrainingText, for_eval: bool) -> MaskedLMObjective:
+        return MaskedLMObjective(replace(cfg.objective, nsp=cfg.objective.nsp and not for_eval), text.special["mask"],
+                                 len(text.vocab), list(text.special.values()))
+
+    return _pretrain(cfg, objective, seed=seed, out_dir=out_dir, progress=progress, resume=resume)

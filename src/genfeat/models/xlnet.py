@@ -84,6 +84,10 @@ class XLNetConfig(Config):
     attends with negated relative distances (HF ``bi_data``); batches must have an even size."""
     checkpoint_layers: bool = False
     """Recompute each layer in the backward pass instead of storing its activations."""
+    nsp: bool = False
+    """Add a next-sentence-prediction head (thesis Table 2.19 row "+ next-sent pred"): a pooler
+    (dense + tanh) over the content state of the last position, ``<cls>``, and a 2-way classifier.
+    Hugging Face's XLNetLMHeadModel has no such head: an export there leaves it out."""
     init_std: float = 0.02
     """Standard deviation of the normal initialisation (initializer_range)."""
     layer_norm_epsilon: float = 1e-12
@@ -112,6 +116,9 @@ class XLNetOutput:
     mems: list[Tensor]
     """L tensors [b, m', d]: the new memory (detached), each layer's input over the last mem_len
     reused positions; empty when ``mem_len`` is 0."""
+    nsp_logits: Tensor | None = None
+    """[b, 2] next-sentence logits at the last position (index 0: B follows A) when the model has
+    the NSP head."""
 
 
 def _rows(x: Tensor, rows: Tensor) -> Tensor:
@@ -178,7 +185,7 @@ class XLNetLMHeadModel(nn.Module):
     """XLNet with the LM head tied to the word embeddings (thesis §2.2).
 
     ``model(input_ids, perm_mask=None, target_mapping=None, token_type_ids=None, attention_mask=None,
-    mems=None)``
+    mems=None, masked_positions=None)``
 
     Args:
         input_ids: [b, t] token ids (the sequence in its original order: only the masks encode
@@ -191,6 +198,11 @@ class XLNetLMHeadModel(nn.Module):
             segment terms.
         attention_mask: [b, t], 1 for tokens and 0 for padding, which no position attends to.
         mems: the ``mems`` of the previous segment, or None / [] to start without memory.
+        masked_positions: [b, t] bool, only without ``target_mapping``: the LM head is computed
+            only there, from the content stream (logits [n, V], n = its number of True entries, in
+            row-major order); so the model is a :class:`~genfeat.objectives.masked_lm.MaskedLMModel`
+            ("DAE + Transformer-XL", thesis Table 2.19: pass no ``perm_mask``, every position sees
+            every other).
     Returns:
         :class:`XLNetOutput`.
     """
@@ -203,6 +215,9 @@ class XLNetLMHeadModel(nn.Module):
         self.layers = nn.ModuleList(XLNetLayer(cfg) for _ in range(cfg.n_layer))
         self.lm_bias = nn.Parameter(torch.zeros(cfg.n_token))
         self.drop = nn.Dropout(cfg.dropout)
+        if cfg.nsp:
+            self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
+            self.nsp_head = nn.Linear(cfg.d_model, 2)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -253,7 +268,7 @@ class XLNetLMHeadModel(nn.Module):
 
     def forward(self, input_ids: Tensor, perm_mask: Tensor | None = None, target_mapping: Tensor | None = None,
                 token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                mems: list[Tensor] | None = None) -> XLNetOutput:
+                mems: list[Tensor] | None = None, masked_positions: Tensor | None = None) -> XLNetOutput:
         cfg = self.config
         b, t = input_ids.shape
         check_ids(input_ids, cfg.n_token, "input_ids")
@@ -265,6 +280,11 @@ class XLNetLMHeadModel(nn.Module):
             raise ValueError(f"bi_data needs an even batch (forward and reversed halves), got {b} sequences")
         if target_mapping is not None and (target_mapping.dim() != 3 or tuple(target_mapping.shape[::2]) != (b, t)):
             raise ValueError(f"target_mapping has shape {tuple(target_mapping.shape)}, expected [{b}, n, {t}]")
+        if masked_positions is not None and (target_mapping is not None or masked_positions.shape != (b, t)
+                                             or masked_positions.dtype != torch.bool):
+            raise ValueError(f"masked_positions must be a bool tensor of shape {(b, t)} without target_mapping, got "
+                             f"{masked_positions.dtype} {tuple(masked_positions.shape)}"
+                             + (" with target_mapping" if target_mapping is not None else ""))
         m = mems[0].shape[1] if mems else 0
         klen = m + t
         x = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
@@ -286,8 +306,13 @@ class XLNetLMHeadModel(nn.Module):
             else:
                 x = layer(*args)
         out = self.drop(x[:, t:] if rows is not None else x)
-        logits = F.linear(out, self.word_emb.weight, self.lm_bias)
-        return XLNetOutput(logits=logits, hidden=out, mems=self._update_mems(hids, mems if m else None))
+        nsp = None
+        if cfg.nsp:  # from the content state of the last position, <cls>
+            nsp = self.nsp_head(torch.tanh(self.pooler(self.drop(x[:, t - 1]))))
+        head_in = out[masked_positions] if masked_positions is not None else out                # [n, d]
+        logits = F.linear(head_in, self.word_emb.weight, self.lm_bias)
+        return XLNetOutput(logits=logits, hidden=out, mems=self._update_mems(hids, mems if m else None),
+                           nsp_logits=nsp)
 
     def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None) -> list[Tensor]:
         """Each layer's input over the first reuse_len positions, appended to the old memory; the

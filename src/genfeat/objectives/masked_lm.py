@@ -19,7 +19,10 @@ that follows :class:`MaskedLMModel` (BERT here; the Transformer-XL/XLNet backbon
 "DAE + Transformer-XL", thesis Table 2.19): one objective, several backbones.
 
 Randomness comes from torch's global generator unless one is passed, so a resumed run (whose
-trainer restores the generators) masks exactly as the uninterrupted one.
+trainer restores the generators) masks exactly as the uninterrupted one. A batch that carries
+``seed`` [b] (genfeat.data.documents) is masked row by row from generators seeded with it instead,
+so the masks of an example do not depend on which rank or batch slice it lands in (torchrun runs
+then equal one process with the same global batch).
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ from ..config import Config
 from ..framework.objective import LossOutput, Objective
 
 
+MODEL_INPUTS = ("token_type_ids", "attention_mask")
+"""The batch entries besides ``input_ids`` that are passed on to the model."""
+
+
 class MaskedLMModel(Protocol):
     """What :class:`MaskedLMObjective` needs of a backbone.
 
     ``model(input_ids=x_hat, masked_positions=M, **inputs)`` where ``x_hat`` [b, t] are the
     corrupted ids, ``M`` [b, t] bool the chosen positions, and ``inputs`` the batch's other model
-    inputs (``token_type_ids``, ``attention_mask``, ...). It returns an object with
+    inputs (those of :data:`MODEL_INPUTS` it holds). It returns an object with
 
     - ``logits``: [n, V], n = M.sum(), the output head at the chosen positions in row-major order
       (the rows ``full_logits[M]`` of a head evaluated everywhere), computed from bidirectional
@@ -90,8 +97,21 @@ class MaskedBatch:
     """[n] the original ids at M, row-major."""
 
 
+def _uniform(shape: tuple[int, int], device, generator: torch.Generator | None,
+             rows: list[torch.Generator] | None) -> Tensor:
+    """Uniform [0, 1) numbers [b, t]: from ``generator``, or row i from ``rows[i]``."""
+    if rows is None:
+        return torch.rand(shape, generator=generator, device=device)
+    return torch.stack([torch.rand(shape[1], generator=g) for g in rows]).to(device)
+
+
+def row_generators(seeds: Tensor) -> list[torch.Generator]:
+    """One CPU generator per example, seeded with ``seeds`` [b]."""
+    return [torch.Generator().manual_seed(int(s)) for s in seeds.tolist()]
+
+
 def choose_positions(candidates: Tensor, rate: float, word_start: Tensor | None = None, max_predictions: int = 0,
-                     generator: torch.Generator | None = None) -> Tensor:
+                     generator: torch.Generator | None = None, rows: list[torch.Generator] | None = None) -> Tensor:
     """Draw the positions to predict: per row round(rate x candidates), at least 1 (module doc).
 
     Args:
@@ -101,6 +121,7 @@ def choose_positions(candidates: Tensor, rate: float, word_start: Tensor | None 
             token is its own word. A candidate after a non-candidate always begins a word.
         max_predictions: cap per row (0: none).
         generator: random source (default: torch's global one).
+        rows: one generator per row instead (the row's draws then depend on it alone).
     Returns:
         [b, t] bool, a subset of ``candidates``.
     """
@@ -112,7 +133,7 @@ def choose_positions(candidates: Tensor, rate: float, word_start: Tensor | None 
         after_other = ~F.pad(candidates[:, :-1], (1, 0), value=False)
         starts = candidates & (word_start | after_other)
     start = torch.where(starts, pos, 0).cummax(1).values                   # [b, t] start of each token's word
-    score = torch.rand(b, t, generator=generator, device=candidates.device).gather(1, start)
+    score = _uniform((b, t), candidates.device, generator, rows).gather(1, start)
     score = score.masked_fill(~candidates, 2.0)                            # non-candidates sort last
     length = torch.zeros(b, t, device=candidates.device).scatter_add_(1, start, candidates.float()).gather(1, start)
     order = torch.sort(score, dim=1, stable=True).indices                  # words in random order, pieces in order
@@ -126,13 +147,15 @@ def choose_positions(candidates: Tensor, rate: float, word_start: Tensor | None 
 
 
 def corrupt(input_ids: Tensor, positions: Tensor, mask_id: int, n_token: int, replace_mask: float = 0.8,
-            replace_random: float = 0.1, generator: torch.Generator | None = None) -> MaskedBatch:
+            replace_random: float = 0.1, generator: torch.Generator | None = None,
+            rows: list[torch.Generator] | None = None) -> MaskedBatch:
     """Replace the chosen tokens: the mask id, a uniform random id, or unchanged (80/10/10 by default).
 
-    Shapes: input_ids [b, t], positions [b, t] bool -> MaskedBatch (labels [n]).
+    Shapes: input_ids [b, t], positions [b, t] bool -> MaskedBatch (labels [n]). ``rows``: one
+    generator per row instead of ``generator``.
     """
-    r = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
-    random_ids = torch.randint(n_token, input_ids.shape, generator=generator, device=input_ids.device)
+    r = _uniform(tuple(input_ids.shape), input_ids.device, generator, rows)
+    random_ids = (_uniform(tuple(input_ids.shape), input_ids.device, generator, rows) * n_token).long()
     out = torch.where(positions & (r < replace_mask), mask_id, input_ids)
     out = torch.where(positions & (r >= replace_mask) & (r < replace_mask + replace_random), random_ids, out)
     return MaskedBatch(out, positions, input_ids[positions])
@@ -179,24 +202,33 @@ class MaskedLMObjective(Objective):
         if "attention_mask" in batch:
             candidates &= batch["attention_mask"].bool()
         word_start = None if self.word_start is None else self.word_start.to(ids.device)[ids]
+        rows = row_generators(batch["seed"]) if "seed" in batch else None
         positions = choose_positions(candidates, self.cfg.mask_rate, word_start, self.cfg.max_predictions,
-                                     self.generator)
+                                     self.generator, rows)
         return corrupt(ids, positions, self.mask_id, self.n_token, self.cfg.replace_mask, self.cfg.replace_random,
-                       self.generator)
+                       self.generator, rows)
 
     def __call__(self, model: MaskedLMModel, batch: Mapping[str, Tensor]) -> LossOutput:
         masked = self.mask(batch)
-        inputs = {k: v for k, v in batch.items() if k not in ("input_ids", "next_sentence_label")}
+        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
         out = model(input_ids=masked.input_ids, masked_positions=masked.positions, **inputs)
         logits = out.logits.float()
         n = masked.labels.numel()
         loss = F.cross_entropy(logits, masked.labels, reduction="sum")
         logs = {"correct": float((logits.argmax(-1) == masked.labels).sum())}
         if self.cfg.nsp:
-            nsp = out.nsp_logits.float()
-            labels = batch["next_sentence_label"]
-            scale = n / nsp.shape[0]
-            nsp_sum = F.cross_entropy(nsp, labels, reduction="sum")
-            loss = loss + scale * nsp_sum
-            logs.update(nsp_loss=float(nsp_sum.detach()) * scale, nsp_correct=float((nsp.argmax(-1) == labels).sum()) * scale)
+            loss = loss + next_sentence_term(out.nsp_logits, batch["next_sentence_label"], n, logs)
         return LossOutput(loss, n, logs)
+
+
+def next_sentence_term(nsp_logits: Tensor, labels: Tensor, n: int, logs: dict[str, float]) -> Tensor:
+    """The NSP cross-entropy summed over the b sequences and scaled by n / b, so that divided by the
+    n LM items it is the mean NSP loss; adds ``nsp_loss`` and ``nsp_correct`` (scaled alike) to ``logs``.
+
+    Shapes: nsp_logits [b, 2], labels [b] (0: B follows A) -> scalar.
+    """
+    nsp = nsp_logits.float()
+    scale = n / nsp.shape[0]
+    nsp_sum = F.cross_entropy(nsp, labels, reduction="sum")
+    logs.update(nsp_loss=float(nsp_sum.detach()) * scale, nsp_correct=float((nsp.argmax(-1) == labels).sum()) * scale)
+    return scale * nsp_sum
