@@ -111,3 +111,47 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch):
 
     model, _ = load_checkpoint(tmp_path / "run" / "final", architecture="finetune")
     assert model.config.head.answerability and hasattr(model.head, "answer")
+
+
+def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
+    import torch
+
+    from genfeat.data.tokenizers import TokenizerConfig, train_tokenizer
+    from genfeat.methods.finetune import ItemStream, encode_items, encoder_for
+    from genfeat.models.heads import FineTuneConfig, FineTuneModel, HeadConfig
+    from genfeat.tasks import Example
+    from genfeat.tasks.transforms import tokenize_with_offsets
+
+    words = ("the film was long and slow but the ending made up for all of it and the actors were "
+             "wonderful in every scene they shared together on the screen").split()
+    lines = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    (tmp_path / "c.txt").write_text("\n".join(lines))
+    vocab = train_tokenizer(TokenizerConfig("sentencepiece", 50), tmp_path / "c.txt", tmp_path / "sp")
+    head = HeadConfig(kind="classification", n_labels=2, d_model=16, dropout=0.0)
+    backbone = {"n_token": len(vocab), "d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32,
+                "dropout": 0.0, "dropatt": 0.0}
+    torch.manual_seed(0)
+    model = FineTuneModel(FineTuneConfig(task="sst2", backbone="xlnet", backbone_config=backbone, head=head, max_len=12,
+                                         max_segments=3)).eval()
+    assert model.backbone.config.mem_len >= 2 * 12 and not model.backbone.config.bi_data
+    spec = TASKS["sst2"]
+    long_text, short_text = " ".join(words * 2), "the film was long"
+    ids, _ = tokenize_with_offsets(vocab, long_text)
+    u = 12 - 2                                                    # A <sep> <cls>: 10 tokens of text per segment
+    assert len(ids) > 3 * u, "the text must need more segments than max_segments allows"
+    items, cut = encode_items([Example("a", (long_text,), 1), Example("b", (short_text,), 0)], spec,
+                              encoder_for(model, vocab), 3)
+    long_item, short_item = items
+    assert long_item.memory == [ids[:u], ids[u:2 * u]] and short_item.memory == []
+    tail = long_item.encoded.sequences[0].ids[:-2]
+    assert 0 < len(tail) <= u and tail == ids[-len(tail):], "the final segment holds the text's last tokens"
+    assert cut == 1, "tokens between the memory and the final segment are left out, and counted"
+    stream = ItemStream(items * 4, encoder_for(model, vocab).fmt, 2, seed=0)
+    for _ in range(6):
+        batch = next(stream)
+        assert "memory_ids" not in batch or batch["memory_ids"].shape[2:] == (2, u)
+        assert batch["input_ids"].shape[0] == 2 and ("memory_ids" in batch) == (batch["labels"] == 1).all()
+    with_memory = next(b for b in (next(stream) for _ in range(6)) if "memory_ids" in b)
+    without = {k: v for k, v in with_memory.items() if k not in ("memory_ids", "labels")}
+    inputs = {k: v for k, v in with_memory.items() if k != "labels"}
+    assert not torch.allclose(model(**inputs).logits, model(**without).logits), "the memory must reach the summary"

@@ -22,9 +22,10 @@ Long inputs: BERT and GPT cut a text to max_len (longest segment first, GPT-1/BE
 result counts the examples cut (``train_truncated``, ``dev_truncated``). XLNet and Transformer-XL with
 ``max_segments`` > 1 read the first ⌊n/u⌋ (at most max_segments - 1) full segments of u tokens of the
 long text (the single text; a RACE passage) into memory, then the final segment as usual with the
-text's last tokens and its summary token, whose state is classified. Tokens between the memory and
-the final segment (when max_segments caps the memory) and a text shorter than u but longer than the
-final segment's room lose their beginning; such examples count as truncated.
+text's last tokens (from the first word start that fits) and its summary token, whose state is
+classified; the final segment may repeat tokens the memory holds. Tokens between the memory and the
+final segment (when max_segments caps the memory, or a text shorter than u is longer than the final
+segment's room) are left out, and such examples count as truncated.
 
 Span tasks whose training split holds unanswerable questions (SQuAD 2.0) get XLNet's answerability
 head; an example is answered "" when no window's answerability logit is positive.
@@ -191,8 +192,10 @@ def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segm
         return example, [], False
     s = min(max_segments - 1, n // u)
     memory = [ids[i * u:(i + 1) * u] for i in range(s)]
-    tail = text[starts[n - room]:]
-    return replace(example, texts=(tail, *example.texts[1:])), memory, s * u + room < n
+    # the tail starts at a word, so that it is tokenized as in the whole text (subword tokenizers split
+    # words independently) and fits the final segment's room
+    cut = next((j for j in range(n - room, n) if starts[j] == 0 or text[starts[j] - 1].isspace()), n - 1)
+    return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, s * u < cut
 
 
 def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, max_segments: int
