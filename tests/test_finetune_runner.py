@@ -122,8 +122,9 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     from genfeat.tasks import Example
     from genfeat.tasks.transforms import tokenize_with_offsets
 
-    words = ("the film was long and slow but the ending made up for all of it and the actors were "
-             "wonderful in every scene they shared together on the screen").split()
+    sentence = ("the film was long and slow but the ending made up for all of it and the actors were "
+                "wonderful in every scene they shared together on the screen")
+    words = sentence.split(" ")
     lines = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
     (tmp_path / "c.txt").write_text("\n".join(lines))
     vocab = train_tokenizer(TokenizerConfig("sentencepiece", 50), tmp_path / "c.txt", tmp_path / "sp")
