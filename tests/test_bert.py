@@ -93,3 +93,23 @@ def test_bf16_autocast_trains_close_to_fp32():
     assert abs(loss.item() - ref.item()) < 0.05 * ref.item()
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_layer_checkpointing_gives_the_same_gradients_with_dropout_on():
+    ids = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    grads = []
+    for recompute in (False, True):
+        model = tiny(checkpoint_layers=recompute, dropout=0.2, dropatt=0.2).train()
+        calls = []
+        model.bert.layers[0].register_forward_pre_hook(lambda *_: calls.append(1))
+        torch.manual_seed(7)  # the same dropout masks in both runs; recomputation replays them
+        out = model(ids, attention_mask=mask, masked_positions=ids > V // 2)
+        out.logits.logsumexp(-1).sum().backward()
+        assert len(calls) == (2 if recompute else 1), "the layer is run again in the backward pass"
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-7, msg=k)
+    assert any(g.abs().sum() > 0 for g in grads[0].values())

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
 from ..nn.adaptive import check_ids
@@ -58,6 +59,9 @@ class BertConfig(Config):
     """Id of the padding token, whose embedding gets no gradient (pad_token_id); None: no such id."""
     nsp: bool = False
     """Add the next-sentence-prediction head (pooler + 2-way classifier)."""
+    checkpoint_layers: bool = False
+    """Recompute each layer in the backward pass instead of storing its activations (less memory,
+    about one more forward pass of time; dropout masks are replayed, so gradients are unchanged)."""
     init_std: float = 0.02
     """Standard deviation of the normal initialisation (initializer_range)."""
     layer_norm_epsilon: float = 1e-12
@@ -161,8 +165,9 @@ class BertModel(nn.Module):
             h = h + self.type_emb(token_type_ids)
         h = self.drop(self.emb_norm(h))
         keep = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # [b, 1, 1, t]
+        recompute = cfg.checkpoint_layers and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            h = layer(h, keep)
+            h = checkpoint(layer, h, keep, use_reentrant=False) if recompute else layer(h, keep)
         return h
 
 
