@@ -60,7 +60,7 @@ def test_word_log_probs_use_only_the_other_side():
     ids = torch.tensor([[0, 1, 2, 3, 4]])
     other = torch.tensor([[0, 1, 5, 3, 4]])
     x, y = chars.spell_table(WORDS)[ids], chars.spell_table(WORDS)[other]
-    a, b = model(x, ids), model(y, ids)   # same targets, the input differs at token 2
+    a, b = model(x, ids, score_words=True), model(y, ids, score_words=True)   # same targets, the input differs at token 2
     # forward column k predicts token k+1 from tokens <= k: columns 0 and 1 (targets 1 and 2) see no change
     assert torch.equal(a.forward_log_probs[:, :2], b.forward_log_probs[:, :2])
     assert not torch.equal(a.forward_log_probs[:, 2:], b.forward_log_probs[:, 2:])
@@ -74,7 +74,7 @@ def test_log_probs_agree_with_the_full_distribution_and_skip_padding():
     ids = torch.tensor([[0, 1, 2, 3], [4, 5, 0, 0]])
     x = chars.spell_table(WORDS)[ids]
     x[1, 2:] = PAD
-    out = model(x, ids)
+    out = model(x, ids, score_words=True)
     top = out.layers[-1]
     full_f = model.log_probs(top[..., :6])
     full_b = model.log_probs(top[..., 6:])
@@ -99,7 +99,7 @@ def test_residual_connection_between_layers():
 def test_the_token_encoder_and_softmax_are_shared_and_the_stacks_are_not():
     model, chars = tiny()
     ids = torch.tensor([[0, 1, 2, 3]])
-    out = model(chars.spell_table(WORDS)[ids], ids)
+    out = model(chars.spell_table(WORDS)[ids], ids, score_words=True)
     out.backward_log_probs.sum().backward()
     grads = {n: p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters()}
     assert grads["softmax.layers.0.weight"] and grads["tokens.proj.weight"] and grads["tokens.embed.weight"]
@@ -113,6 +113,19 @@ def test_adaptive_softmax_cutoffs_give_a_distribution():
     out = model(spelled(chars, ["the bank raised"]))
     lp = model.log_probs(out.layers[-1, ..., :6])
     torch.testing.assert_close(lp.exp().sum(-1), torch.ones(1, 3))
+
+
+def test_the_spelling_table_spells_word_ids_and_the_task_mix_is_added_once():
+    model, chars = tiny()
+    table = chars.spell_table(WORDS)
+    model.set_spelling(table)
+    ids = torch.tensor([[1, 5, 7]])
+    torch.testing.assert_close(model(word_ids=ids).layers, model(table[ids]).layers)
+    mix = model.add_task_mix()
+    assert model.add_task_mix() is mix and model.config.task_mix
+    rebuilt = ElmoBiLM(model.config)
+    rebuilt.load_state_dict(model.state_dict())   # the mix and the spelling are part of the checkpoint
+    assert torch.equal(rebuilt.spelling, table)
 
 
 def test_reverse_padded_is_its_own_inverse_and_keeps_padding():
@@ -155,6 +168,8 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="must come after"):
         model(torch.cat([torch.zeros_like(x[:, :1]), x], 1))
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        model(x, torch.tensor([[0, 99]]))
+        model(x, torch.tensor([[0, 99]]), score_words=True)
+    with pytest.raises(ValueError, match="give char_ids or word_ids"):
+        model()
     with pytest.raises(ValueError, match="widest filter"):
         ElmoConfig(max_chars=5, filters=[(7, 2)])

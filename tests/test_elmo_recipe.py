@@ -27,16 +27,17 @@ def test_objective_is_the_sum_of_both_directions_over_real_pairs():
     model = ElmoBiLM(ElmoConfig(n_token=len(vocab), n_char=len(chars), max_chars=12, char_dim=4, filters=[(2, 4)],
                                 d_proj=8, d_lstm=8, dropout=0.0)).eval()
     spelling = chars.spell_table(vocab)
+    model.set_spelling(spelling)
     ids = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])
     char_ids = spelling[ids]
     char_ids[1, 3] = 0   # the second window ends with a padding token: 3 + 2 pairs
-    out = BiLMObjective(spelling)(model, {"word_ids": ids, "char_ids": char_ids})
-    ref = model(char_ids, ids)
+    out = BiLMObjective()(model, {"word_ids": ids, "char_ids": char_ids})
+    ref = model(char_ids, ids, score_words=True)
     assert int(out.count) == 5
     torch.testing.assert_close(out.loss_sum, -(ref.forward_log_probs.sum() + ref.backward_log_probs.sum()))
     assert out.logs["forward"] == pytest.approx(float(-ref.forward_log_probs.detach().sum()), rel=1e-6)
-    # without char_ids the words are spelled from the table
-    plain = BiLMObjective(spelling)(model, {"word_ids": ids})
+    # without char_ids the model spells the words from its table
+    plain = BiLMObjective()(model, {"word_ids": ids})
     assert int(plain.count) == 6
 
 

@@ -108,12 +108,11 @@ def char_vocab_for(vocab, max_chars: int) -> CharVocab:
     return CharVocab.from_words(symbols, max_chars)
 
 
-def bilm_figures(model, examples: torch.Tensor, spelling: torch.Tensor, batch_size: int,
-                 limit: int = 0) -> dict[str, float]:
+def bilm_figures(model, examples: torch.Tensor, batch_size: int, limit: int = 0) -> dict[str, float]:
     """Both directions' cross-entropy on ``examples`` [n, t] word ids (the first ``limit``; 0: all), without gradients."""
     n = examples.shape[0] if not limit else min(limit, examples.shape[0])
     device = next(model.parameters()).device
-    objective = BiLMObjective(spelling)
+    objective = BiLMObjective()
     fwd = bwd = pairs = 0.0
     with torch.no_grad():
         for start in range(0, n, batch_size):
@@ -156,17 +155,17 @@ def run(cfg: ElmoRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     (valid_tokens,) = load_split_corpus(data.valid_text, vocab).splits.values()
     chars = char_vocab_for(vocab, cfg.model.get("max_chars", ElmoConfig.max_chars))
     model_cfg = from_dict(ElmoConfig, {**cfg.model, "n_token": len(vocab), "n_char": len(chars)}, "model")
-    spelling = chars.spell_table(vocab.symbols)
     valid = windows(valid_tokens, data.seq_len, f"held-out text '{data.valid_text}'")
     if train.shape[0] < data.batch_size:
         raise DataError(f"the training text gives {train.shape[0]} windows of {data.seq_len} tokens, fewer than "
                         f"data.batch_size {data.batch_size}", "use a longer text or a smaller data.batch_size")
     seed_everything(seed)
     model = ElmoBiLM(model_cfg)
-    objective = BiLMObjective(spelling)
+    model.set_spelling(chars.spell_table(vocab.symbols))
+    objective = BiLMObjective()
 
     def evaluate(m, limit=data.valid_windows):
-        return bilm_figures(m, valid, spelling, data.batch_size, limit)
+        return bilm_figures(m, valid, data.batch_size, limit)
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None

@@ -26,6 +26,7 @@ embedding width, f filters (all widths together), d LSTM output width, L LSTM la
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 
@@ -68,6 +69,11 @@ class ElmoConfig(Config):
     """Dropout on the token representation, between LSTM layers and before the softmax."""
     cutoffs: list[int] = field(default_factory=list)
     """Adaptive-softmax cluster boundaries over frequency-ordered word ids (empty: full softmax)."""
+    task_mix: bool = False
+    """Carry a task-specific :class:`ScalarMix` (``mix``); fine-tuning adds it (:meth:`ElmoBiLM.add_task_mix`)."""
+    finetune_bilm: bool = False
+    """When fine-tuned on a task, train the biLM's weights too (False: frozen features, the paper's §3.3
+    use, where only the scalar mix and the task model learn)."""
 
     def __post_init__(self):
         if self.n_token < 1 or self.n_char < 5 or self.char_dim < 1 or self.d_proj < 1 or self.n_layer < 1:
@@ -97,9 +103,9 @@ class ElmoOutput:
     mask: Tensor
     """[b, t] bool, True at real tokens (a token whose character row is all PAD is padding)."""
     forward_log_probs: Tensor | None = None
-    """[b, t - 1] log p(t_{k+1} | t_1..t_k) at column k (given ``word_ids``); 0 where either token is padding."""
+    """[b, t - 1] log p(t_{k+1} | t_1..t_k) at column k (``score_words``); 0 where either token is padding."""
     backward_log_probs: Tensor | None = None
-    """[b, t - 1] log p(t_k | t_{k+1}..t_t) at column k (given ``word_ids``); 0 where either token is padding."""
+    """[b, t - 1] log p(t_k | t_{k+1}..t_t) at column k (``score_words``); 0 where either token is padding."""
 
 
 class Highway(nn.Module):
@@ -163,13 +169,17 @@ def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
 class ElmoBiLM(nn.Module):
     """The ELMo biLM (module doc): character CNN, forward and backward LSTM stacks, one shared softmax.
 
-    ``model(char_ids, word_ids=None) -> ElmoOutput``
+    ``model(char_ids=None, word_ids=None, *, score_words=False) -> ElmoOutput``
 
     Args:
-        char_ids: [b, t, c] spelled tokens (genfeat.data.chars.CharVocab), right-padded with all-PAD tokens.
-        word_ids: [b, t] the same tokens' word ids in [0, V); when given, the output holds both
-            directions' log-probabilities of the neighbouring words (the terms of Eq. 1), which the
-            biLM objective (genfeat.objectives.bilm) sums.
+        char_ids: [b, t, c] spelled tokens (genfeat.data.chars.CharVocab), right-padded with all-PAD
+            tokens; default: ``word_ids`` spelled with the model's ``spelling`` table (:meth:`spell`).
+        word_ids: [b, t] the tokens' word ids in [0, V).
+        score_words: also return both directions' log-probabilities of the neighbouring words of
+            ``word_ids`` (the terms of Eq. 1), which the biLM objective (genfeat.objectives.bilm) sums.
+
+    The buffer ``spelling`` [V, c] holds the character row of every word of the vocabulary the
+    model was trained with (:meth:`set_spelling`), so a checkpoint spells word ids by itself.
     """
 
     def __init__(self, cfg: ElmoConfig):
@@ -186,6 +196,29 @@ class ElmoBiLM(nn.Module):
         self.backward_lstms = stack()
         self.drop = nn.Dropout(cfg.dropout)
         self.softmax = AdaptiveLogSoftmax(cfg.n_token, cfg.d_proj, cfg.d_proj, list(cfg.cutoffs))
+        self.register_buffer("spelling", torch.zeros(cfg.n_token, cfg.max_chars, dtype=torch.long))
+        self.mix = ScalarMix(cfg.n_layer + 1) if cfg.task_mix else None
+
+    def set_spelling(self, table: Tensor) -> None:
+        """Store the character rows of the vocabulary's words ([V, c], ``CharVocab.spell_table``)."""
+        if tuple(table.shape) != tuple(self.spelling.shape):
+            raise ValueError(f"spelling table {tuple(table.shape)} does not match the model's "
+                             f"{tuple(self.spelling.shape)} (n_token, max_chars)")
+        self.spelling.copy_(table)
+
+    def spell(self, word_ids: Tensor) -> Tensor:
+        """Character rows of word ids. Shapes: [...] -> [..., c]."""
+        check_ids(word_ids, self.config.n_token, "word ids")
+        return self.spelling[word_ids]
+
+    def add_task_mix(self) -> ScalarMix:
+        """Add the task's scalar mix (even weights, γ = 1) unless the model has one; returns it.
+
+        It is a new parameter: call this before building the optimizer."""
+        if self.mix is None:
+            self.mix = ScalarMix(self.config.n_layer + 1).to(self.spelling.device)
+            self.config = dataclasses.replace(self.config, task_mix=True)
+        return self.mix
 
     def _direction(self, lstms: nn.ModuleList, x: Tensor) -> list[Tensor]:
         """Outputs of each layer of one direction's stack, [b, t, d] each (inputs right-padded)."""
@@ -201,7 +234,12 @@ class ElmoBiLM(nn.Module):
             h = y
         return outs
 
-    def forward(self, char_ids: Tensor, word_ids: Tensor | None = None) -> ElmoOutput:
+    def forward(self, char_ids: Tensor | None = None, word_ids: Tensor | None = None, *,
+                score_words: bool = False) -> ElmoOutput:
+        if char_ids is None:
+            if word_ids is None:
+                raise ValueError("give char_ids or word_ids")
+            char_ids = self.spell(word_ids)
         if char_ids.dim() != 3:
             raise ValueError(f"char_ids must be [batch, tokens, characters], got shape {tuple(char_ids.shape)}")
         mask = (char_ids != PAD).any(-1)                                           # [b, t]
@@ -215,9 +253,9 @@ class ElmoBiLM(nn.Module):
         keep = mask[..., None].to(x.dtype)
         layers = torch.stack([torch.cat([x, x], -1)] + [torch.cat([f, b], -1) * keep for f, b in zip(fwd, bwd)])
         out = ElmoOutput(layers=layers, mask=mask)
-        if word_ids is not None:
-            if word_ids.shape != mask.shape:
-                raise ValueError(f"word_ids {tuple(word_ids.shape)} do not match the {tuple(mask.shape)} tokens")
+        if score_words:
+            if word_ids is None or word_ids.shape != mask.shape:
+                raise ValueError(f"score_words needs word_ids matching the {tuple(mask.shape)} tokens")
             pair = mask[:, 1:] & mask[:, :-1]                                      # [b, t - 1]
             out.forward_log_probs = self._pair_log_probs(fwd[-1][:, :-1], word_ids[:, 1:], pair)
             out.backward_log_probs = self._pair_log_probs(bwd[-1][:, 1:], word_ids[:, :-1], pair)

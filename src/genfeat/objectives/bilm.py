@@ -22,29 +22,14 @@ from ..framework.objective import LossOutput, Objective
 class BiLMObjective(Objective):
     """Forward + backward LM negative log-likelihood of an :class:`~genfeat.models.elmo.ElmoBiLM`.
 
-    Args:
-        spelling: [V, c] the character row of every word id (``CharVocab.spell_table``), used when a
-            batch carries word ids only; None: every batch must carry ``char_ids``.
-
     The batch holds ``word_ids`` [b, t] and optionally ``char_ids`` [b, t, c] (all-PAD rows after a
-    sentence are padding); without ``char_ids`` the words are spelled from ``spelling``.
+    sentence are padding); without ``char_ids`` the model spells the words with its ``spelling`` table.
     """
 
     name = "bilm"
 
-    def __init__(self, spelling: Tensor | None = None):
-        self.spelling = spelling
-
     def __call__(self, model: nn.Module, batch: Mapping[str, Tensor]) -> LossOutput:
-        word_ids = batch["word_ids"]
-        char_ids = batch.get("char_ids")
-        if char_ids is None:
-            if self.spelling is None:
-                raise ValueError("the batch has no char_ids and the objective was given no spelling table")
-            if self.spelling.device != word_ids.device:
-                self.spelling = self.spelling.to(word_ids.device)
-            char_ids = self.spelling[word_ids]
-        out = model(char_ids, word_ids)
+        out = model(batch.get("char_ids"), batch["word_ids"], score_words=True)
         fwd = -out.forward_log_probs.float().sum()
         bwd = -out.backward_log_probs.float().sum()
         pairs = (out.mask[:, 1:] & out.mask[:, :-1]).sum()
