@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from genfeat.config import from_dict
-from genfeat.data.gdan import GDANDataConfig, Paragraph, build_vocab, context_questions, load_gdan_data
-from genfeat.errors import ConfigError
+from genfeat.data.gdan import GDANDataConfig, Paragraph, QAExample, build_vocab, context_questions, load_gdan_data
 from genfeat.methods.gdan import GDANRecipe, best_spans, build, score
 from genfeat.objectives.span_qa import D_GEN, D_TRUE, span_nll
 from genfeat.runner import run_recipe
@@ -45,10 +44,13 @@ def test_span_nll_is_half_the_start_and_end_negative_log_likelihood():
 
 def test_context_questions_are_the_window_around_the_chunk():
     p = Paragraph.of("x", "a b c d e f g h i j")
-    (q,) = context_questions([p], [[(4, 5)]], window=2, per_paragraph=3, seed=0)
+    chunk = lambda s, e: QAExample(f"x#{s}", p, (), s, e, (p.span_text(s, e),))  # noqa: E731
+    (q,) = context_questions([chunk(4, 5)], window=2)
     assert q.question == ("c", "d", "g", "h") and (q.start, q.end) == (4, 5) and q.answers == ("e f",)
-    edge = context_questions([p], [[(0, 0), (2, 2), (9, 9)]], window=5, per_paragraph=2, seed=0)
-    assert len(edge) == 2 and all(len(e.question) <= 10 for e in edge)
+    edge = context_questions([chunk(0, 0), chunk(9, 9)], window=5)
+    assert [e.question for e in edge] == [("b", "c", "d", "e", "f"), ("e", "f", "g", "h", "i")]
+    whole = Paragraph.of("y", "only")
+    assert context_questions([QAExample("y#0", whole, (), 0, 0, ("only",))], window=5) == []
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +72,9 @@ def _cfg(setting, **kw):
                                               ("context_domain", [D_TRUE, D_GEN])])
 def test_settings_build_their_terms(small, setting, domains):
     data, vocab = small
-    model, phases, n_unl = build(_cfg(setting), data, vocab, seed=0)
-    terms = phases[0].terms()
+    model, pretrain, phase, n_unl = build(_cfg(setting), data, vocab, seed=0)
+    assert pretrain is None and list(model) == ["d"]
+    terms = phase.terms()
     assert [t.objective.domain for t in terms] == domains
     assert (n_unl > 0) == (setting != "sl")
     batch = next(terms[-1].stream)
@@ -86,8 +89,8 @@ def test_d_steps_fit_the_labelled_questions(small):
     data, vocab = small
     cfg = _cfg("sl", steps=40, d_optim={"name": "adam", "lr": 0.01})
     data.labelled = data.labelled[:16]
-    model, phases, _ = build(cfg, data, vocab, seed=0)
-    term = phases[0].terms()[0]
+    model, _, phase, _ = build(cfg, data, vocab, seed=0)
+    term = phase.terms()[0]
     batch = next(iter(term.stream))
 
     def loss():
@@ -96,16 +99,54 @@ def test_d_steps_fit_the_labelled_questions(small):
             return float(term.objective(model, batch).mean)
 
     before = loss()
-    Trainer(model, phases, from_dict(type(cfg.train), {"device": "cpu", "progress": False})).fit()
+    Trainer(model, [phase], from_dict(type(cfg.train), {"device": "cpu", "progress": False})).fit()
     assert loss() < 0.5 * before
     assert score(model, data.labelled, vocab, None)["f1"] > 0.3, "D reproduces answers it was trained on"
 
 
+def _gcfg(setting, **kw):
+    return _cfg(setting, generator={"d_embed": 8, "d_hidden": 8, "d_answer": 2}, max_question_words=6, **kw)
+
+
 @needs_data
-def test_generator_settings_are_refused_until_g_is_wired(small):
+@pytest.mark.parametrize("setting, domains, g_stage", [("gen", [None, None], False),
+                                                       ("gen_domain", [D_TRUE, D_GEN], False),
+                                                       ("gen_dual", [None, None], True), ("gdan", [D_TRUE, D_GEN], True),
+                                                       ("gen_gan", [D_TRUE, D_GEN], True)])
+def test_generator_settings_follow_algorithm_1(small, setting, domains, g_stage):
     data, vocab = small
-    with pytest.raises(ConfigError, match="setting 'gdan' needs the question generator G"):
-        build(_cfg("gdan"), data, vocab, seed=0)
+    model, pretrain, phase, n_chunks = build(_gcfg(setting, steps=6, t_d=3, t_g=2), data, vocab, seed=0)
+    assert sorted(model) == ["d", "g"] and pretrain is not None and n_chunks > 0
+    d_stage = phase.stages[0]
+    assert [t.objective.domain for t in d_stage.terms] == domains and d_stage.repeat == 3
+    if g_stage:
+        assert [s.optimizer for s in phase.stages] == ["d", "g"] and phase.stages[1].repeat == 2
+        assert phase.steps == 6 + 2 * 2, "6 D steps and T_G = 2 G steps after each of the 2 rounds"
+    else:
+        assert len(phase.stages) == 1 and phase.steps == 6
+    generated = next(d_stage.terms[1].stream)
+    assert generated["question"].shape[0] == 8 and generated["question_mask"][:, 0].all()
+    assert (generated["end"] < generated["paragraph_mask"].sum(1)).all()
+
+
+@needs_data
+def test_rewards_are_d_log_likelihoods_with_the_setting_s_tag_and_sign(small):
+    from genfeat.data.question_gen import collate_qg
+    from genfeat.methods.gdan import d_reward, reader_batch, unlabelled_answers
+    from genfeat.objectives.span_qa import read
+
+    data, vocab = small
+    cfg = _gcfg("gdan")
+    model, _, _, _ = build(cfg, data, vocab, seed=0)
+    batch = collate_qg(unlabelled_answers(cfg, data, 0)[:4], vocab)
+    questions = model.g.sample(*batch.model_inputs(), 7)
+    qa = reader_batch(batch, questions, vocab)
+    model.eval()
+    for setting, domain, sign in [("gdan", D_TRUE, 1), ("gen_dual", None, 1), ("gen_gan", D_GEN, -1)]:
+        out = read(model, qa, domain)
+        log_p = (out.start_logits.log_softmax(-1).gather(1, qa["start"][:, None])
+                 + out.end_logits.log_softmax(-1).gather(1, qa["end"][:, None]))[:, 0]
+        torch.testing.assert_close(d_reward(model, vocab, setting)(batch, questions), sign * log_p)
 
 
 @needs_data
@@ -115,7 +156,8 @@ def test_debug_recipe_runs_on_real_data(tmp_path):
         assert 0.0 <= out[key] <= 1.0
     assert out["seeds"] == [0] and out["seconds"] > 0
     run = out["runs"][0]
-    assert run["labelled"] == round(0.05 * 5928) and run["unlabelled_questions"] > 0 and run["steps"] == 6
+    assert run["labelled"] == round(0.05 * 5928) and run["unlabelled_questions"] > 0
+    assert run["steps"] == 4 + 2, "4 D steps, one G step after each 2"
     assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "metrics.jsonl").is_file()
 
 

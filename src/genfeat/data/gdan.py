@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -289,27 +289,16 @@ class CollatedStream:
         self.order.shard(rank, world)
 
 
-def answer_spans(paragraphs: Sequence[Paragraph], chunks: Sequence[Sequence[Any]]) -> list[list[tuple[int, int]]]:
-    """The word spans (first, last) of each paragraph's answer chunks (:mod:`genfeat.data.answer_chunks`,
-    objects with character ``start`` / ``end``), keeping only chunks inside the paragraph's (cut) words."""
-    out = []
-    for p, found in zip(paragraphs, chunks):
-        spans = {p.word_span(c.start, c.end) for c in found}
-        out.append(sorted(s for s in spans if s is not None and s[1] < len(p.tokens)))
-    return out
 
-
-def context_questions(paragraphs: Sequence[Paragraph], spans: Sequence[Sequence[tuple[int, int]]], window: int,
-                      per_paragraph: int, seed: int) -> list[QAExample]:
-    """The Context baseline's pseudo-questions (thesis Table 3.4, "Context"): for an answer chunk of an
-    unlabelled paragraph, the question is the ``window`` words before the chunk followed by the ``window``
-    words after it (our reading of "a window of size W around the answer chunk"). At most
-    ``per_paragraph`` chunks per paragraph, drawn with ``seed``; the answer is the chunk's own text."""
-    rng = random.Random(seed)
+def context_questions(answers: Sequence[QAExample], window: int) -> list[QAExample]:
+    """The Context baseline's pseudo-questions (thesis Table 3.4, "Context"): for each answer chunk of an
+    unlabelled paragraph (``answers``, e.g. :func:`genfeat.data.question_gen.answer_examples`), the question
+    is the ``window`` words before the chunk followed by the ``window`` words after it (our reading of "a
+    window of size W around the answer chunk"). A chunk with no word around it gives no question."""
     out = []
-    for p, found in zip(paragraphs, spans):
-        for s, e in sorted(rng.sample(list(found), min(per_paragraph, len(found)))):
-            question = p.tokens[max(0, s - window):s] + p.tokens[e + 1:e + 1 + window]
-            if question:
-                out.append(QAExample(f"{p.uid}#{s}-{e}", p, question, s, e, (p.span_text(s, e),)))
+    for ex in answers:
+        tokens = ex.paragraph.tokens
+        question = tokens[max(0, ex.start - window):ex.start] + tokens[ex.end + 1:ex.end + 1 + window]
+        if question:
+            out.append(replace(ex, question=question))
     return out

@@ -11,11 +11,21 @@ Settings (Table 3.4's rows):
   words on each side of an extracted answer chunk, :func:`genfeat.data.gdan.context_questions`),
   J(L) + J(U_C), no domain tags.
 - ``context_domain``: the same with domain tags, J(L, d_true) + J(U_C, d_gen) (§3.2.3).
-- ``gen``, ``gen_gan``, ``gen_dual``, ``gen_domain``, ``gdan``: U_G written by the question generator G
-  (Algorithm 1). G's part (GDAN_G's models/question_gen.py and its objective) is not wired here yet, so
-  running these settings stops with a ConfigError that says so (their recipes parse).
+- ``gen``: G (GDAN_G's :class:`~genfeat.models.question_gen.QuestionGenerator`) is trained by MLE on L
+  (``g_pretrain_steps``), then fixed; D on J(L) + J(U_G) where U_G are questions G samples for the
+  answer chunks of the unlabelled paragraphs, drawn afresh for every D batch.
+- ``gen_domain``: the same with domain tags, J(L, d_true) + J(U_G, d_gen).
+- ``gdan`` (Gen + domain + adv, Algorithm 1): after the MLE pretraining, T_D steps of D on
+  J(L, d_true) + J(U_G, d_gen) alternate with T_G steps of G maximising J(U_G, d_true, D), the
+  log-likelihood D assigns to the chunk when it reads G's question as a human one, by REINFORCE with an
+  average-reward baseline (:class:`~genfeat.objectives.question_gen.QuestionGenReinforce`).
+- ``gen_dual`` (dual learning): as gdan without tags; G's reward is log P_D(a | p, q).
+- ``gen_gan`` (our reading of "Gen + GAN", the gradient-reversal schedule): with tags, G's reward is
+  −log P_D(a | p, q, d_gen), the negative of D's own objective on the generated data, so G plays against D
+  as a GAN generator does, where gdan has G cooperate with D's true-domain model.
 
-Each D step minimises the sum of the terms' mean losses with one Adam optimizer; an evaluation every
+Each D step minimises the sum of the terms' mean losses with one Adam optimizer (``steps`` D steps; the
+adversarial settings add T_G G steps, with G's own optimizer, after every T_D D steps); an evaluation every
 ``train.eval_every`` steps scores dev F1 (D reads dev questions with d_true when tags are on), and the
 parameters of the best dev F1 are kept (model selection on dev only). The figures of a run: ``test_f1``,
 ``test_em``, ``dev_f1``, ``dev_em`` (SQuAD v1.1's official EM/F1 on the word span decoded by
@@ -25,38 +35,44 @@ their means over seeds (``test_f1_mean`` ...).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ..config import Config, to_dict
-from ..data.answer_chunks import ChunkConfig, extract_many
-from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, answer_spans, build_vocab,
-                         collate_qa, context_questions, load_gdan_data)
+from ..data.answer_chunks import ChunkConfig
+from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, build_vocab, collate_qa,
+                         context_questions, load_gdan_data)
+from ..data.question_gen import QGBatch, answer_examples, collate_qg, reader_questions
 from ..data.vocab import SymbolVocab
-from ..errors import ConfigError
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import resume_dir
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
+from ..hub import VOCAB_FILE
 from ..io import write_json_atomic
 from ..models.ga_reader import GAReader, GAReaderConfig
-from ..objectives.span_qa import D_GEN, D_TRUE, SpanQAObjective, read, reader
+from ..models.question_gen import QuestionGenConfig
+from ..objectives.question_gen import QuestionGenReinforce
+from ..objectives.span_qa import D_GEN, D_TRUE, SpanQAObjective, read, reader, span_nll
 from ..runner import register_method
+from .question_gen import mle_phase, new_generator
 
 Setting = Literal["sl", "context", "context_domain", "gen", "gen_gan", "gen_dual", "gen_domain", "gdan"]
 GENERATOR_SETTINGS = ("gen", "gen_gan", "gen_dual", "gen_domain", "gdan")
+ADVERSARIAL_SETTINGS = ("gen_gan", "gen_dual", "gdan")
 TAGGED_SETTINGS = ("context_domain", "gen_gan", "gen_domain", "gdan")
 
 
 @dataclass
 class GDANRecipe(Config):
     """One row of Table 3.4 at one labelling rate. Defaults: a CPU-sized GA reader (3 layers, 64 units per
-    direction), Adam lr 1e-3, batch 32, dev F1 every 250 steps with the best kept."""
+    direction), Adam lr 1e-3, batch 32, dev F1 every 250 steps with the best kept; G as GDAN_G's defaults."""
 
     setting: Setting = "sl"
     """Table 3.4's row (module docstring)."""
@@ -64,16 +80,32 @@ class GDANRecipe(Config):
     """Split, labelling rate and unlabelled text."""
     reader: GAReaderConfig = field(default_factory=GAReaderConfig)
     """D (vocab_size is set from the vocabulary)."""
+    generator: QuestionGenConfig = field(default_factory=QuestionGenConfig)
+    """G (n_token and the special ids are set from the vocabulary); generator settings only."""
     min_freq: int = 2
     """Words rarer than this on the training side map to <unk>."""
     batch_size: int = 32
     """Labelled questions per D step."""
     unlabelled_batch: int = 32
-    """Pseudo-questions (Context) or generated questions per D step."""
+    """Pseudo-questions (Context) or generated questions per D step, and per G step."""
     steps: int = 3000
     """D optimizer steps."""
     d_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=1e-3))
     """D's optimizer."""
+    g_pretrain_steps: int = 1000
+    """G's MLE steps on the labelled questions before D is trained (generator settings)."""
+    g_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=1e-3))
+    """G's MLE optimizer."""
+    g_rl_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=1e-4))
+    """G's optimizer in the REINFORCE steps (adversarial settings)."""
+    t_d: int = 1
+    """T_D of Algorithm 1: D steps per round."""
+    t_g: int = 1
+    """T_G of Algorithm 1: G steps per round (adversarial settings)."""
+    baseline_decay: float = 0.9
+    """Decay of REINFORCE's average-reward baseline."""
+    max_question_words: int = 30
+    """Longest question G writes (and learns from)."""
     context_window: int = 5
     """W of the Context baseline: words taken on each side of the answer chunk."""
     chunks: ChunkConfig = field(default_factory=ChunkConfig)
@@ -81,7 +113,7 @@ class GDANRecipe(Config):
     chunks_per_paragraph: int = 5
     """Answer chunks drawn per unlabelled paragraph (by the run's seed)."""
     max_unlabelled: int = 0
-    """Use only the first this many unlabelled paragraphs (0: all; chunk extraction with spaCy takes
+    """Use only the first this many unlabelled paragraphs (0: all; chunk extraction with spaCy took
     about 0.15 s per paragraph on the loaded 2-core VM)."""
     max_answer_words: int = 15
     """Longest predicted answer span in words."""
@@ -92,15 +124,18 @@ class GDANRecipe(Config):
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         device="cpu", threads=1, log_every=50, eval_every=250, early_stop_metric="dev_f1", early_stop_mode="max",
         keep_best=True))
-    """The loop (early_stop_metric dev_f1 and keep_best select the model on dev)."""
+    """The loop of the D (and G) training phase (early_stop_metric dev_f1 and keep_best select the model on
+    dev); G's MLE pretraining runs before it without evaluation."""
 
     def __post_init__(self):
         for name in ("min_freq", "batch_size", "unlabelled_batch", "context_window", "chunks_per_paragraph",
-                     "max_answer_words", "eval_batch"):
+                     "max_answer_words", "eval_batch", "t_d", "t_g", "max_question_words"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if min(self.steps, self.max_unlabelled, self.max_eval) < 0:
-            raise ValueError("steps, max_unlabelled and max_eval must be >= 0")
+        if min(self.steps, self.max_unlabelled, self.max_eval, self.g_pretrain_steps) < 0:
+            raise ValueError("steps, g_pretrain_steps, max_unlabelled and max_eval must be >= 0")
+        if not 0.0 <= self.baseline_decay < 1.0:
+            raise ValueError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
 
 
 def best_spans(start_logits: Tensor, end_logits: Tensor, max_words: int) -> tuple[Tensor, Tensor]:
@@ -117,17 +152,18 @@ def best_spans(start_logits: Tensor, end_logits: Tensor, max_words: int) -> tupl
 def predict(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab, domain: int | None,
             batch: int = 64, max_words: int = 15) -> list[str]:
     """D's answer text for each question (the paragraph's characters of the best word span)."""
-    was = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    d = reader(model)
+    was = d.training
+    d.eval()
+    device = next(d.parameters()).device
     texts = []
     for i in range(0, len(examples), batch):
         chunk = examples[i:i + batch]
         inputs = {k: v.to(device) for k, v in collate_qa(chunk, vocab).items()}
-        out = read(model, inputs, domain)
+        out = read(d, inputs, domain)
         starts, ends = best_spans(out.start_logits.float(), out.end_logits.float(), max_words)
         texts += [ex.paragraph.span_text(s, e) for ex, s, e in zip(chunk, starts.tolist(), ends.tolist())]
-    model.train(was)
+    d.train(was)
     return texts
 
 
@@ -138,36 +174,110 @@ def score(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab, d
     return {"em": s["exact_match"], "f1": s["squad_f1"]}
 
 
-def unlabelled_questions(cfg: GDANRecipe, data: GDANData, seed: int) -> list[QAExample]:
-    """The Context pseudo-questions of the (first ``max_unlabelled``) unlabelled paragraphs."""
-    paragraphs = data.unlabelled[:cfg.max_unlabelled or None]
-    spans = answer_spans(paragraphs, extract_many([p.text for p in paragraphs], cfg.chunks))
-    return context_questions(paragraphs, spans, cfg.context_window, cfg.chunks_per_paragraph, seed)
+def reader_batch(batch: QGBatch, questions: Tensor, vocab: SymbolVocab) -> dict[str, Tensor]:
+    """What D reads for G's questions [b, T] (extended ids) on the batch's paragraphs and answer chunks:
+    a :func:`genfeat.data.gdan.collate_qa` dict (G's paragraph ids are D's: OOV words as <unk>)."""
+    question, question_mask = reader_questions(questions, vocab)
+    device = questions.device
+    return {"paragraph": batch.src_ids, "paragraph_mask": batch.mask, "question": question,
+            "question_mask": question_mask, "start": torch.tensor([ex.start for ex in batch.examples], device=device),
+            "end": torch.tensor([ex.end for ex in batch.examples], device=device)}
 
 
-def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tuple[nn.ModuleDict, list[Phase], int]:
-    """D in a ModuleDict (``d``) and the schedule of ``cfg.setting``.
+class GeneratedStream:
+    """U_G for D's steps: endless batches of answer chunks (``chunks``, a stream of :class:`QGBatch`) with
+    questions sampled from G's current parameters (Algorithm 1: D trains on what G writes now), as
+    :func:`~genfeat.data.gdan.collate_qa` dicts. ``model`` is the method's container (G at ``model.g``)."""
+
+    def __init__(self, model: nn.ModuleDict, chunks: CollatedStream, vocab: SymbolVocab, max_len: int):
+        self.model, self.chunks, self.vocab, self.max_len = model, chunks, vocab, max_len
+
+    def __iter__(self):
+        return self
+
+    @torch.no_grad()
+    def __next__(self) -> dict[str, Tensor]:
+        g = self.model.g
+        batch = next(self.chunks).to(next(g.parameters()).device)
+        was = g.training
+        g.eval()
+        questions = g.sample(*batch.model_inputs(), self.max_len)
+        g.train(was)
+        return reader_batch(batch, questions, self.vocab)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.chunks.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.chunks.load_state_dict(state)
+
+    def shard(self, rank: int, world: int) -> None:
+        self.chunks.shard(rank, world)
+
+
+def d_reward(model: nn.ModuleDict, vocab: SymbolVocab, setting: str):
+    """G's REINFORCE reward from D (in evaluation mode), per generated example: gdan log P_D(a | p, q, d_true)
+    (J(U_G, d_true, D)); gen_dual log P_D(a | p, q) (no tags); gen_gan −log P_D(a | p, q, d_gen)."""
+    domain, sign = {"gdan": (D_TRUE, 1.0), "gen_dual": (None, 1.0), "gen_gan": (D_GEN, -1.0)}[setting]
+
+    def reward(batch: QGBatch, questions: Tensor) -> Tensor:
+        d = model.d
+        was = d.training
+        d.eval()
+        qa = reader_batch(batch, questions, vocab)
+        out = read(d, qa, domain)
+        d.train(was)
+        return -2.0 * sign * span_nll(out.start_logits, out.end_logits, qa["start"], qa["end"])
+
+    return reward
+
+
+def unlabelled_answers(cfg: GDANRecipe, data: GDANData, seed: int) -> list[QAExample]:
+    """Answer chunks (empty questions) of the first ``max_unlabelled`` unlabelled paragraphs."""
+    return answer_examples(data.unlabelled[:cfg.max_unlabelled or None], cfg.chunks, cfg.chunks_per_paragraph, seed)
+
+
+def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tuple[nn.ModuleDict, Phase | None,
+                                                                                  Phase, int]:
+    """D (and G) in a ModuleDict (``d``, ``g``) and the schedule of ``cfg.setting``.
 
     Returns:
-        (model, phases, number of unlabelled pseudo-questions).
+        (model, G's MLE pretraining phase or None, the training phase, number of unlabelled questions or chunks).
     """
-    if cfg.setting in GENERATOR_SETTINGS:
-        raise ConfigError(f"setting '{cfg.setting}' needs the question generator G, which the gdan method "
-                          "does not wire in yet", "use setting sl, context or context_domain (G: issue 14, part 2)")
     torch.manual_seed(seed)
-    model = nn.ModuleDict({"d": GAReader(replace(cfg.reader, vocab_size=len(vocab)))})
+    modules = {"d": GAReader(replace(cfg.reader, vocab_size=len(vocab)))}
+    if cfg.setting in GENERATOR_SETTINGS:
+        modules["g"] = new_generator(cfg.generator, vocab)
+    model = nn.ModuleDict(modules)
     tagged = cfg.setting in TAGGED_SETTINGS
-    collate = lambda ex: collate_qa(ex, vocab)  # noqa: E731
-    terms = [Term(SpanQAObjective(D_TRUE if tagged else None), CollatedStream(data.labelled, collate, cfg.batch_size,
-                                                                              seed=seed))]
-    n_unl = 0
-    if cfg.setting != "sl":
-        pseudo = unlabelled_questions(cfg, data, seed)
+    collate = functools.partial(collate_qa, vocab=vocab)
+    terms = [Term(SpanQAObjective(D_TRUE if tagged else None),
+                  CollatedStream(data.labelled, collate, cfg.batch_size, seed=seed))]
+    unl_name, n_unl, pretrain, stages = "qa_unl", 0, None, []
+    optimizers = {"d": OptimSpec(cfg.d_optim, lambda m: reader(m).parameters())}
+    if cfg.setting in ("context", "context_domain"):
+        pseudo = context_questions(unlabelled_answers(cfg, data, seed), cfg.context_window)
         n_unl = len(pseudo)
-        terms.append(Term(SpanQAObjective(D_GEN if tagged else None, "qa_unl"),
-                          CollatedStream(pseudo, collate, cfg.unlabelled_batch, seed=seed + 1)))
-    phase = Phase("train", cfg.steps, [Stage(terms, "d")], {"d": OptimSpec(cfg.d_optim, lambda m: reader(m).parameters())})
-    return model, [phase], n_unl
+        unl_stream = CollatedStream(pseudo, collate, cfg.unlabelled_batch, seed=seed + 1)
+    elif cfg.setting in GENERATOR_SETTINGS:
+        chunks = unlabelled_answers(cfg, data, seed)
+        n_unl, unl_name = len(chunks), "qa_gen"
+        collate_g = functools.partial(collate_qg, vocab=vocab, max_question_words=cfg.max_question_words)
+        unl_stream = GeneratedStream(model, CollatedStream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 1),
+                                     vocab, cfg.max_question_words + 1)
+        pretrain = mle_phase(data.labelled, vocab, cfg.g_pretrain_steps, cfg.g_optim, cfg.batch_size, seed,
+                             cfg.max_question_words, generator_attr="g")
+        if cfg.setting in ADVERSARIAL_SETTINGS:
+            rl = QuestionGenReinforce(d_reward(model, vocab, cfg.setting), cfg.max_question_words + 1,
+                                      decay=cfg.baseline_decay, generator_attr="g")
+            stages.append(Stage([Term(rl, CollatedStream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 2))],
+                                "g", cfg.t_g))
+            optimizers["g"] = OptimSpec(cfg.g_rl_optim, lambda m: m.g.parameters())
+    if cfg.setting != "sl":
+        terms.append(Term(SpanQAObjective(D_GEN if tagged else None, unl_name), unl_stream))
+    stages.insert(0, Stage(terms, "d", cfg.t_d))
+    steps = cfg.steps + (cfg.steps // cfg.t_d) * cfg.t_g * (len(stages) - 1)
+    return model, pretrain, Phase("train", steps, stages, optimizers), n_unl
 
 
 @register_method("gdan", GDANRecipe)
@@ -175,19 +285,23 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         resume: bool = False) -> dict[str, float]:
     data = load_gdan_data(cfg.data, seed)
     vocab = build_vocab(data, cfg.min_freq)
-    model, phases, n_unl = build(cfg, data, vocab, seed)
+    model, pretrain, phase, n_unl = build(cfg, data, vocab, seed)
     domain = D_TRUE if cfg.setting in TAGGED_SETTINGS else None
     dev, test = data.dev[:cfg.max_eval or None], data.test[:cfg.max_eval or None]
     evaluate = lambda m: {f"dev_{k}": v for k, v in score(m, dev, vocab, domain, cfg.eval_batch,  # noqa: E731
                                                            cfg.max_answer_words).items()}
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    ckpt = {"architecture": "ga_reader", "model": to_dict(replace(cfg.reader, vocab_size=len(vocab))),
-            "recipe": to_dict(cfg)}
-    save_vocab = lambda d: vocab.save(Path(d) / "vocab.json")  # noqa: E731
-    trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, save_extra=save_vocab,
-                      resume_from=resume_from)
+    out = Path(out_dir) if out_dir is not None else None
+    resume_from = resume_dir(out / "last") if resume else None
+    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.cfg), "recipe": to_dict(cfg)}
+    save_vocab = lambda d: vocab.save(Path(d) / VOCAB_FILE)  # noqa: E731
     t0 = time.time()
+    if pretrain is not None and resume_from is None:
+        # G's MLE pretraining has no dev figure of D to select on, so it runs in a trainer of its own
+        g_cfg = replace(tcfg, eval_every=0, early_stop_metric=None, keep_best=False, patience=0, stop_after_steps=0)
+        Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle").fit()
+    trainer = Trainer(model, [phase], tcfg, evaluate, out, checkpoint_config=ckpt, save_extra=save_vocab,
+                      resume_from=resume_from)
     result = trainer.fit()
     seconds = time.time() - t0
     if result.interrupted:
@@ -197,6 +311,6 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     figures = {"test_f1": test_scores["f1"], "test_em": test_scores["em"], "dev_f1": dev_scores["f1"],
                "dev_em": dev_scores["em"], "labelled": len(data.labelled), "unlabelled_questions": n_unl,
                "vocab": len(vocab), "steps": result.steps, "train_seconds": seconds}
-    if out_dir is not None:
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+    if out is not None:
+        write_json_atomic(out / "results.json", figures)
     return figures
