@@ -156,3 +156,21 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     without = {k: v for k, v in with_memory.items() if k not in ("memory_ids", "labels")}
     inputs = {k: v for k, v in with_memory.items() if k != "labels"}
     assert not torch.allclose(model(**inputs).logits, model(**without).logits), "the memory must reach the summary"
+
+
+@needs_glue
+def test_gpt_auxiliary_lm_is_a_second_weighted_term(tmp_path):
+    from genfeat.errors import ConfigError
+
+    gpt = {**TINY, "dropemb": 0.0}
+    overrides = {"backbone": "gpt", "model": gpt, "vocab_size": 300, "aux_lm_weight": 0.5, "steps": 2,
+                 "data.task": "mrpc", "data.max_train_examples": 32, "data.max_eval_examples": 16, "data.batch_size": 8,
+                 "train": {"log_every": 1, "eval_every": 0, "progress": False}}
+    result = run_recipe("recipes/finetune/debug.yaml", overrides, [0], out_dir=tmp_path / "gpt", progress=False)
+    assert result["new_params"] == 3 * 32 + 32 * 2 + 2, "only the three special embeddings and the linear head are new"
+    logged = [json.loads(line) for line in (tmp_path / "gpt" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in logged if "task" in r]
+    assert len(steps) == 2 and all(r["lm"] > 0 for r in steps), "each step logs L2 (task) and L1 (lm) on the task inputs"
+    with pytest.raises(ConfigError, match="aux_lm_weight"):
+        run_recipe("recipes/finetune/debug.yaml", {"aux_lm_weight": 0.5, "steps": 1}, [0], out_dir=tmp_path / "b",
+                   progress=False)
