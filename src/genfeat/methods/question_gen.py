@@ -1,4 +1,4 @@
-"""MLE pretraining of GDAN's question generator G on the labelled data (thesis §3.2.3; Algorithm 1 starts
+"""MLE pretraining of GDAN's question generator G on the labelled data (thesis §3.2; Algorithm 1 starts
 from a G pretrained this way), and question generation with a trained G.
 
 Recipe: ``method: question_gen`` + the fields of :class:`QuestionGenRecipe` (recipes/gdan/question_gen_mle.yaml).

@@ -1,20 +1,22 @@
-"""GDAN's generative model G: question generation from a paragraph and an answer in it (thesis §3.2.3;
+"""GDAN's generative model G: question generation from a paragraph and an answer in it (thesis §3.2;
 Yang et al., ACL 2017, "Semi-Supervised QA with Generative Domain-Adaptive Nets").
 
 G is a GRU sequence-to-sequence model with attention and a copy mechanism. The encoder is a
 bidirectional GRU over the paragraph; each paragraph token's input is its word embedding joined
-with an embedding of the *answer indicator* (1 when the token lies inside the answer chunk, else 0:
-the one-hot answer feature of the thesis, embedded), so G knows which span the question must ask
-about. The decoder is a GRU over the question, started from a projection of the encoder's final
-states; at step t it attends over the paragraph states with a bilinear score, joins its state h_t
-with the attention context c_t into o_t = tanh(W_o [h_t; c_t]), and mixes two distributions (Eq. 3.7):
+with an embedding of the *answer indicator* (1 when the token lies inside the answer chunk, else 0;
+embedding the 0/1 feature is a linear map of its one-hot form), so G knows which span the question
+must ask about. The decoder is a GRU over the question. At step t its output distribution mixes
+generating from the vocabulary and copying a paragraph word through a gate (Eq. 3.7):
 
-    p(y_t = w) = g_t · p_vocab(w) + (1 − g_t) · p_copy(w),
-    p_vocab = softmax(W_v o_t),   p_copy(w) = Σ_{i : x_i = w} α_{t,i},   g_t = σ(w_g · o_t + b_g),
+    p(y_t = w) = g_t · p_vocab(w) + (1 − g_t) · p_copy(w),   p_copy(w) = Σ_{i : x_i = w} α_{t,i},
 
-where α_t is the attention over paragraph positions, so copying reuses the attention weights and
-the gate g_t decides between generating from the vocabulary and copying a paragraph word. A
-paragraph word outside the vocabulary can still be copied: each paragraph's out-of-vocabulary
+where α_t is the attention over paragraph positions, so copying reuses the attention weights. The
+parts the equation leaves open are genfeat's choices: the decoder starts from a projection of the
+encoder's final states; the attention score is bilinear, h_t^T W_a h_i; the decoder state h_t and
+the context c_t = Σ_i α_{t,i} h_i give o_t = tanh(W_o [h_t; c_t]), from which p_vocab = softmax(W_v o_t)
+and g_t = σ(w_g · o_t + b_g).
+
+A paragraph word outside the vocabulary can still be copied: each paragraph's out-of-vocabulary
 words get ids V, V+1, ... in the order of their first occurrence (its *extended vocabulary*), and
 p(y_t) is a distribution over V + n_ext ids. A copied out-of-vocabulary word is fed back to the
 decoder as <unk>.
