@@ -85,6 +85,18 @@ def test_a_label_word_of_several_pieces_scores_all_of_them(tmp_path):
     assert all(len(ids) - 1 == 8 and ids[-n:] == full[-n:] for (ids, n), (full, _) in zip(cut, rows))
 
 
+def test_transformer_xl_rows_are_scored_through_its_labels():
+    from _txl_fixtures import tiny
+
+    model = tiny(mem_len=0)
+    g = torch.Generator().manual_seed(3)
+    rows = [(torch.randint(0, 97, (length,), generator=g).tolist(), n) for length, n in ((9, 1), (5, 2), (12, 3))]
+    with torch.no_grad():
+        by_hand = [float(model(torch.tensor([ids[:-1]]), labels=torch.tensor([ids[1:]])).target_log_probs[0, -n:].sum())
+                   for ids, n in rows]
+    assert score_rows(model, rows, batch_size=2).tolist() == pytest.approx(by_hand, abs=1e-4)
+
+
 def test_cli_scores_a_checkpoint_and_refuses_what_it_cannot(vocab, tmp_path, capsys):
     model = gpt(len(vocab))
     genfeat.save_pretrained(model, tmp_path / "ckpt", vocab)

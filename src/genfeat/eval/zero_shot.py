@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import DataError
+from ..models.gpt import GPTLMHeadModel
+from ..models.lstm_lm import LSTMLMHeadModel
 
 
 @dataclass(frozen=True)
@@ -78,27 +80,49 @@ def candidate_rows(vocab, text: str, task: ZeroShotTask, max_len: int | None = N
 def score_rows(model: nn.Module, rows: Sequence[tuple[list[int], int]], batch_size: int = 32) -> Tensor:
     """Sum of log p of the last ``n`` ids of each row given the ids before them, batched.
 
-    Rows are padded on the right (a causal model's real positions never see the padding).
+    A GPT-1 or LSTM LM applies its tied head only where a word is scored (over the whole vocabulary
+    at every position it would cost about as much as the network), so rows with the same input
+    (one-token label words after the same text) share one forward pass; another model of the causal
+    LM protocol scores every row with its labels. Inputs are padded on the right (a causal model's
+    real positions never see the padding) and batched by length.
     Shapes: ``len(rows)`` rows -> [len(rows)] fp32.
     """
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    scores = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
-        t = max(len(ids) for ids, _ in chunk) - 1
-        inputs = torch.zeros(len(chunk), t, dtype=torch.long)
-        targets = torch.zeros(len(chunk), t, dtype=torch.long)
-        scored = torch.zeros(len(chunk), t, dtype=torch.bool)
-        for i, (ids, n) in enumerate(chunk):
-            inputs[i, :len(ids) - 1] = torch.tensor(ids[:-1])
-            targets[i, :len(ids) - 1] = torch.tensor(ids[1:])
-            scored[i, len(ids) - 1 - n:len(ids) - 1] = True
-        log_probs = model(inputs.to(device), labels=targets.to(device)).target_log_probs.float().cpu()
-        scores.append((log_probs * scored).sum(1))
+    fused = isinstance(model, (GPTLMHeadModel, LSTMLMHeadModel))
+    groups: dict[Any, list[int]] = {}  # input -> the rows reading it
+    for r, (ids, _) in enumerate(rows):
+        groups.setdefault(tuple(ids[:-1]) if fused else r, []).append(r)
+    inputs = sorted(groups, key=lambda key: len(rows[groups[key][0]][0]))
+    scores = torch.zeros(len(rows))
+    for start in range(0, len(inputs), batch_size):
+        chunk = inputs[start:start + batch_size]
+        t = max(len(rows[groups[key][0]][0]) for key in chunk) - 1
+        x = torch.zeros(len(chunk), t, dtype=torch.long)
+        labels = torch.zeros(len(chunk), t, dtype=torch.long)
+        where = []  # (row, input in chunk, scored positions, their targets)
+        for i, key in enumerate(chunk):
+            for r in groups[key]:
+                ids, n = rows[r]
+                x[i, :len(ids) - 1] = torch.tensor(ids[:-1])
+                labels[i, :len(ids) - 1] = torch.tensor(ids[1:])
+                where.append((r, i, list(range(len(ids) - 1 - n, len(ids) - 1)), ids[len(ids) - n:]))
+        x = x.to(device)
+        if fused:
+            hidden = model(x, return_logits=False).hidden
+            index = [(i, p) for _, i, positions, _ in where for p in positions]
+            picked = hidden[[i for i, _ in index], [p for _, p in index]]  # [scored tokens, d]
+            targets = torch.tensor([tok for *_, tail in where for tok in tail], device=device)
+            flat = model.target_log_probs(picked, targets).float().cpu().split([len(w[2]) for w in where])
+            for (r, *_), lp in zip(where, flat):
+                scores[r] = lp.sum()
+        else:
+            log_probs = model(x, labels=labels.to(device)).target_log_probs.float().cpu()
+            for r, i, positions, _ in where:
+                scores[r] = log_probs[i, positions].sum()
     model.train(was_training)
-    return torch.cat(scores) if scores else torch.zeros(0)
+    return scores
 
 
 class ZeroShotEvaluator:
