@@ -448,19 +448,44 @@ def bert_examples(ids: Tensor, sent: Tensor, seq_len: int, layout: PairLayout, n
 
 
 def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowercase: bool, tokenizer: str | None,
-                       out_dir: Path | None, resume: bool):
+                       out_dir: Path | None, resume: bool, train_device: str = "auto"):
     """The tokenizer of a pretraining run: the folder ``tokenizer`` when given; else the one trained into
     OUT/tokenizer (read back when resuming), or one trained on the sentences of ``docs`` (kind
-    ``wordpiece`` or ``sentencepiece``) into OUT/tokenizer (a temporary folder without OUT)."""
-    import tempfile
+    ``wordpiece`` or ``sentencepiece``) into OUT/tokenizer (a temporary folder without OUT).
 
-    from .tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
+    Under torchrun only rank 0 trains (WordPiece training breaks ties in a per-process order, so two
+    ranks could disagree); the others wait for it and read OUT/tokenizer. This joins the process
+    group early, with the backend of ``train_device`` (the recipe's train.device).
+    """
+    from ..framework.distributed import init_distributed
+    from ..framework.trainer import resolve_device
+    from .tokenizers import TokenizerConfig, load_tokenizer
 
     if tokenizer is not None:
         return load_tokenizer(tokenizer)
     if resume and out_dir is not None and (Path(out_dir) / "tokenizer").is_dir():
         return load_tokenizer(Path(out_dir) / "tokenizer")
     cfg = TokenizerConfig(kind, vocab_size, lowercase)
+    dist = init_distributed(resolve_device(train_device))
+    if dist.enabled:
+        if out_dir is None:
+            raise ConfigError("a tokenizer trained under torchrun must be shared through OUT/tokenizer, and no "
+                              "--out is given", "pass --out DIR, or data.tokenizer (a trained tokenizer folder)")
+        import torch.distributed
+
+        if dist.is_main:
+            _train_on(docs, cfg, out_dir)
+        torch.distributed.barrier()
+        return load_tokenizer(Path(out_dir) / "tokenizer")
+    return _train_on(docs, cfg, out_dir)
+
+
+def _train_on(docs: list[Document], cfg, out_dir: Path | None):
+    """Train the tokenizer ``cfg`` on the sentences of ``docs`` into OUT/tokenizer (a temporary folder without OUT)."""
+    import tempfile
+
+    from .tokenizers import train_tokenizer
+
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "sentences.txt"
         text.write_text("".join(f"{s}\n" for doc in docs for s in doc), encoding="utf-8")

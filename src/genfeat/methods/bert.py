@@ -157,7 +157,8 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
 
     data = cfg.data
     docs = read_documents(data.train_text, data.max_documents)
-    vocab = document_tokenizer(docs, "wordpiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume)
+    vocab = document_tokenizer(docs, "wordpiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume,
+                               cfg.train.device)
     special = special_ids(vocab)
     absent = [role for role in ("cls", "sep", "mask") if role not in special]
     if absent:

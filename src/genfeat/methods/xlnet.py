@@ -109,13 +109,15 @@ class PretrainingText:
 
 
 def pretraining_text(data: XLNetDataConfig, model_cfg: dict[str, Any], seed: int, out_dir: Path | None,
-                     resume: bool) -> PretrainingText:
-    """Read, tokenise and cut the text of ``data`` (module doc) for a model section ``model_cfg``."""
+                     resume: bool, train_device: str = "auto") -> PretrainingText:
+    """Read, tokenise and cut the text of ``data`` (module doc) for a model section ``model_cfg``
+    (``train_device``: the recipe's train.device, for the process group under torchrun)."""
     from ..data.documents import PairLayout, XLNetPairStream, document_tokenizer, encode_documents, read_documents
     from ..data.tokenizers import special_ids
 
     docs = read_documents(data.train_text, data.max_documents)
-    vocab = document_tokenizer(docs, "sentencepiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume)
+    vocab = document_tokenizer(docs, "sentencepiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume,
+                               train_device)
     special = special_ids(vocab)
     absent = [role for role in ("cls", "sep", "mask", "eod") if role not in special]
     if absent:
@@ -163,7 +165,7 @@ def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[Pretrainin
     from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 
     data = cfg.data
-    text = pretraining_text(data, cfg.model, seed, out_dir, resume)
+    text = pretraining_text(data, cfg.model, seed, out_dir, resume, cfg.train.device)
     model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(text.vocab), "nsp": cfg.objective.nsp}, "model")
     seed_everything(seed)
     model = XLNetLMHeadModel(model_cfg)
