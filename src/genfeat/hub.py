@@ -39,12 +39,18 @@ HF_LOADERS: dict[str, tuple[str, str]] = {
     "xlnet": ("genfeat.interop.hf_xlnet", "load_hf_xlnet"),
     "openai-gpt": ("genfeat.interop.hf_gpt", "load_hf_gpt"),
 }
+# Hugging Face task models (config.json "architectures"), tried before HF_LOADERS -> (interop module, loader)
+HF_TASK_LOADERS: dict[str, tuple[str, str]] = {
+    name: ("genfeat.interop.hf_finetune", "load_hf_bert_task")
+    for name in ("BertForSequenceClassification", "BertForMultipleChoice", "BertForQuestionAnswering")
+}
 # genfeat architecture -> (interop module, function writing a Hugging Face directory)
 HF_SAVERS: dict[str, tuple[str, str]] = {
     "transformer_xl": ("genfeat.interop.hf_transfo_xl", "save_hf_transfo_xl"),
     "bert": ("genfeat.interop.hf_bert", "save_hf_bert"),
     "xlnet": ("genfeat.interop.hf_xlnet", "save_hf_xlnet"),
     "gpt": ("genfeat.interop.hf_gpt", "save_hf_gpt"),
+    "finetune": ("genfeat.interop.hf_finetune", "save_hf_bert_task"),
 }
 VOCAB_FILE = "vocab.json"
 HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model")  # in the order genfeat.data.tokenizers reads them
@@ -90,6 +96,8 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
         raise CheckpointError(f"'{path}' is not a model directory (no {CONFIG_FILE})",
                               "pass a genfeat checkpoint (e.g. runs/NAME/final) or a Hugging Face model directory")
     cfg = read_config(path)
+    hf_loader = (HF_TASK_LOADERS.get((cfg.get("architectures") or [None])[0])
+                 or HF_LOADERS.get(cfg.get("model_type")))
     if "architecture" in cfg:
         arch = cfg["architecture"]
         if architecture is not None and arch != architecture:
@@ -97,8 +105,8 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
                                   f"pass a {architecture} checkpoint")
         model = build_model(arch, cfg.get("model", {}))
         load_weights(path, model)
-    elif cfg.get("model_type") in HF_LOADERS:
-        module, fn = HF_LOADERS[cfg["model_type"]]
+    elif hf_loader is not None:
+        module, fn = hf_loader
         model = getattr(importlib.import_module(module), fn)(path)
         if architecture is not None and architecture_of(model) != architecture:
             raise CheckpointError(f"'{path}' holds a {architecture_of(model)} model, not {architecture}",

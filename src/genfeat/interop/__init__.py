@@ -60,3 +60,35 @@ def read_hf_weights(path: Path) -> dict[str, Tensor]:
                                   "convert it to model.safetensors with the program that wrote it") from None
     raise CheckpointError(f"'{path}' has neither model.safetensors nor pytorch_model.bin",
                           "pass a Hugging Face model directory with its weights")
+
+
+NameMap = dict[str, "str | tuple[str, ...]"]
+"""genfeat parameter name -> Hugging Face weight name, or a tuple of names whose tensors genfeat keeps
+fused along dim 0 (a layer's query, key and value projections)."""
+
+
+def gather_converted(names: NameMap, weights: dict[str, Tensor]) -> tuple[dict[str, Tensor], set[str]]:
+    """genfeat tensors from Hugging Face ``weights`` by ``names`` (fused groups concatenated), and the HF
+    names used; a missing HF weight is a CheckpointError."""
+    state, used = {}, set()
+    for ours, theirs in names.items():
+        group = theirs if isinstance(theirs, tuple) else (theirs,)
+        absent = [name for name in group if name not in weights]
+        if absent:
+            raise CheckpointError(f"Hugging Face weights lack '{absent[0]}'", "the config.json and the weights disagree")
+        state[ours] = torch.cat([weights[name] for name in group]) if len(group) > 1 else weights[group[0]]
+        used.update(group)
+    return state, used
+
+
+def split_converted(names: NameMap, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Hugging Face tensors (contiguous copies) from genfeat's ``state`` by ``names`` (fused tensors split
+    into equal parts)."""
+    tensors = {}
+    for ours, theirs in names.items():
+        tensor = state[ours].detach()
+        if isinstance(theirs, tuple):
+            tensors.update(zip(theirs, (t.contiguous().clone() for t in tensor.chunk(len(theirs)))))
+        else:
+            tensors[theirs] = tensor.contiguous().clone()
+    return tensors

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from ..errors import CheckpointError
 from ..models.bert import BertConfig, BertForMaskedLM
-from . import hf_config, load_converted, read_hf_weights
+from . import gather_converted, hf_config, load_converted, read_hf_weights, split_converted
 
 # (HF config key, genfeat field); the other fields of HF's BertConfig are fixed by the architecture.
 _CONFIG_FIELDS = [("vocab_size", "n_token"), ("hidden_size", "d_model"), ("num_hidden_layers", "n_layer"),
@@ -98,15 +98,8 @@ def load_hf_bert(path: str | Path) -> BertForMaskedLM:
         if tied in weights and source in weights and not torch.equal(weights.pop(tied), weights[source]):
             raise CheckpointError(f"Hugging Face weight '{tied}' differs from '{source}' (an untied decoder)",
                                   "genfeat's BERT ties the decoder to the word embeddings; convert a tied model")
-    state, used = {}, set(_IGNORED)
-    for ours, theirs in _name_map(model.config).items():
-        group = theirs if isinstance(theirs, tuple) else (theirs,)
-        absent = [name for name in group if name not in weights]
-        if absent:
-            raise CheckpointError(f"Hugging Face weights lack '{absent[0]}'", "the config.json and the weights disagree")
-        state[ours] = torch.cat([weights[name] for name in group]) if len(group) > 1 else weights[group[0]]
-        used.update(group)
-    load_converted(model, state, sorted(set(weights) - used), "BERT")
+    state, used = gather_converted(_name_map(model.config), weights)
+    load_converted(model, state, sorted(set(weights) - used - _IGNORED), "BERT")
     return model.eval()
 
 
@@ -114,13 +107,6 @@ def save_hf_bert(model: BertForMaskedLM, path: str | Path) -> None:
     """Write config.json + model.safetensors in the BertForMaskedLM (or BertForPreTraining) format into ``path``."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    state = model.state_dict()
-    tensors = {}
-    for ours, theirs in _name_map(model.config).items():
-        tensor = state[ours].detach()
-        if isinstance(theirs, tuple):
-            tensors.update(zip(theirs, (t.contiguous().clone() for t in tensor.chunk(3))))
-        else:
-            tensors[theirs] = tensor.contiguous().clone()
+    tensors = split_converted(_name_map(model.config), model.state_dict())
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps(ours_to_hf_config(model.config), indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,88 @@
+"""Hugging Face BERT task models <-> genfeat fine-tuned models (genfeat.interop.hf_finetune): random-weight parity
+(fp32, <= 1e-4) with transformers' BertForSequenceClassification (classes and regression), BertForMultipleChoice and
+BertForQuestionAnswering, with padding and token types, both ways."""
+
+import pytest
+import torch
+
+from genfeat.errors import CheckpointError
+from genfeat.hub import from_pretrained, save_pretrained
+from genfeat.models.heads import FineTuneModel
+
+transformers = pytest.importorskip("transformers")
+
+CFG = {"vocab_size": 60, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
+       "max_position_embeddings": 32, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def _batch(k: int = 1):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 60, (2, k, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :, 6:] = 0                                   # the second example is padded
+    types = torch.zeros_like(ids)
+    types[..., 4:] = 1
+    return ids, mask, types
+
+
+def _hf(cls, tmp_path, **extra):
+    torch.manual_seed(0)
+    hf = cls(transformers.BertConfig(**CFG, **extra)).eval()
+    with torch.no_grad():                                # random, not zero, biases and layer norms
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    hf.save_pretrained(tmp_path / "hf")
+    return hf
+
+
+@pytest.mark.parametrize("num_labels", [3, 1])
+def test_sequence_classification_parity_both_ways(tmp_path, num_labels):
+    hf = _hf(transformers.BertForSequenceClassification, tmp_path, num_labels=num_labels)
+    ours = from_pretrained(tmp_path / "hf")
+    assert isinstance(ours, FineTuneModel) and ours.config.head.kind == ("regression" if num_labels == 1 else "classification")
+    ids, mask, types = _batch()
+    with torch.no_grad():
+        ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits
+        got = ours(ids, mask, types, torch.zeros(2, 1, dtype=torch.long)).logits
+    torch.testing.assert_close(got.view(ref.shape), ref, atol=1e-4, rtol=1e-4)
+    save_pretrained(ours, tmp_path / "back", hf=True)
+    again = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits, ref,
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_multiple_choice_parity(tmp_path):
+    hf = _hf(transformers.BertForMultipleChoice, tmp_path)
+    ours = from_pretrained(tmp_path / "hf", architecture="finetune")
+    ids, mask, types = _batch(k=4)
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=mask, token_type_ids=types).logits
+        got = ours(ids, mask, types, torch.zeros(2, 4, dtype=torch.long)).logits
+    assert got.shape == (2, 4)
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_question_answering_parity_both_ways(tmp_path):
+    hf = _hf(transformers.BertForQuestionAnswering, tmp_path)
+    ours = from_pretrained(tmp_path / "hf")
+    assert ours.config.head.kind == "span"
+    ids, mask, types = _batch()
+    context = torch.ones(2, 9, dtype=torch.bool)
+    with torch.no_grad():
+        ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0])
+        got = ours(ids, mask, types, torch.zeros(2, 1, dtype=torch.long), context)
+    torch.testing.assert_close(got.start_logits, ref.start_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.end_logits, ref.end_logits, atol=1e-4, rtol=1e-4)
+    save_pretrained(ours, tmp_path / "back", hf=True)
+    again = transformers.BertForQuestionAnswering.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).start_logits,
+                                   ref.start_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_pretraining_directory_is_not_a_task_model(tmp_path):
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**CFG))
+    hf.save_pretrained(tmp_path / "mlm")
+    with pytest.raises(CheckpointError, match="not finetune"):
+        from_pretrained(tmp_path / "mlm", architecture="finetune")
