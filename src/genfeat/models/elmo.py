@@ -15,7 +15,8 @@ bilm-tf: no cell or projection clipping, and no LSTM state carried from one batc
 
 Layer activations (§3.2): h_{k,0} = [x_k; x_k] and h_{k,j} = [→h_{k,j}; ←h_{k,j}] for j = 1..L,
 returned as one tensor [L + 1, b, t, 2d]; :class:`ScalarMix` turns them into
-ELMo_k = γ Σ_j s_j h_{k,j} (Eq. 1 of §3.2).
+ELMo_k = γ Σ_j s_j h_{k,j} (Eq. 1 of §3.2), which :class:`ElmoAdapter` hands to the fine-tuning task
+heads (frozen biLM by default, or fine-tuned with ``finetune_bilm``).
 
 Softmax: a full softmax over the word vocabulary by default, or an adaptive softmax (Grave et al.
 2017) with ``cutoffs`` for a large vocabulary; ELMo itself used a sampled softmax.
@@ -36,7 +37,10 @@ from torch import Tensor, nn
 
 from ..config import Config
 from ..data.chars import PAD
+from ..data.vocab import EOS
+from ..errors import ConfigError
 from ..nn.adaptive import AdaptiveLogSoftmax, check_ids
+from .heads import BackboneAdapter, EosFormat, register_adapter
 
 
 @dataclass
@@ -74,6 +78,11 @@ class ElmoConfig(Config):
     finetune_bilm: bool = False
     """When fine-tuned on a task, train the biLM's weights too (False: frozen features, the paper's §3.3
     use, where only the scalar mix and the task model learn)."""
+
+    @property
+    def d_model(self) -> int:
+        """Width of the layer activations, 2 d_proj (both directions): the features the task heads read."""
+        return 2 * self.d_proj
 
     def __post_init__(self):
         if self.n_token < 1 or self.n_char < 5 or self.char_dim < 1 or self.d_proj < 1 or self.n_layer < 1:
@@ -307,3 +316,42 @@ class ScalarMix(nn.Module):
             layers = (layers - mean[:, None, None, None]) / torch.sqrt(var[:, None, None, None] + 1e-12)
         s = torch.softmax(self.weights, 0).to(layers.dtype)
         return self.gamma * torch.einsum("j,jbtd->btd", s, layers)
+
+
+@register_adapter("elmo")
+class ElmoAdapter(BackboneAdapter):
+    """ELMo as a fine-tuning backbone (genfeat.models.heads; the paper's §3.3 use with the task heads).
+
+    The task states are the task's scalar mix of the biLM layers, ELMo_k = γ Σ_j s_j h_{k,j} [n, t, 2d]
+    (:meth:`ElmoBiLM.add_task_mix` adds the mix). With ``finetune_bilm`` false (default) the biLM is
+    frozen and only the mix and the head learn; true trains the biLM too. Input: the word-level
+    vocabulary's ``A <eos> (B <eos>)`` (:class:`~genfeat.models.heads.EosFormat`), right padding, word ids
+    spelled with the model's table, so a word outside the pretraining vocabulary is read as ``<unk>``.
+    The summary token (the last ``<eos>``) gets the mean of the sequence's ELMo vectors: a biLM has no
+    single state that has read the whole sequence in both directions.
+    """
+
+    def prepare(self, backbone):
+        backbone.add_task_mix()
+        if not backbone.config.finetune_bilm:
+            for name, p in backbone.named_parameters():
+                p.requires_grad_(name.startswith("mix."))
+
+    def input_format(self, backbone, vocab):
+        eos = getattr(vocab, "index", {}).get(EOS)
+        if eos is None:
+            raise ConfigError("the ELMo checkpoint's vocabulary has no <eos> token for the task format",
+                              "fine-tune an ELMo trained on a word-level corpus with end-of-line tokens (ptb)")
+        return EosFormat(eos_id=eos, pad_id=eos)
+
+    def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
+        char_ids = backbone.spell(input_ids)
+        if attention_mask is not None:
+            char_ids = char_ids * attention_mask[..., None].to(char_ids.dtype)     # padding: all-PAD rows
+        out = backbone(char_ids)
+        mixed = backbone.mix(out.layers, out.mask)                                  # [n, t, 2d]
+        keep = out.mask[..., None].to(mixed.dtype)
+        pooled = (mixed * keep).sum(1) / keep.sum(1).clamp(min=1.0)                # [n, 2d]
+        rows = torch.arange(mixed.shape[0], device=mixed.device)
+        last = (out.mask.sum(1) - 1).clamp(min=0)
+        return mixed.index_put((rows, last), pooled), None
