@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import genfeat
-from genfeat.errors import ConfigError
+from genfeat.data.tokenizers import TokenizerConfig, train_tokenizer
+from genfeat.errors import CheckpointError, ConfigError, DataError
 from genfeat.hub import load_checkpoint
 from genfeat.framework.stream import TensorStream
 from genfeat.methods.bert import SeededExamples
@@ -93,3 +94,19 @@ def test_debug_recipe_runs_on_wikitext2(tmp_path):
     assert result["steps"] == 4
     # barely trained, so close to a uniform guess over the 2,000 types, but finite and scored on many tokens
     assert 5.0 < result["valid_loss"] < math.log(2000) + 1.5 and result["valid_masked"] > 10000
+
+
+def test_bad_text_and_a_resume_with_another_tokenizer_are_one_clear_error(tmp_path):
+    path = recipe(tmp_path, steps=2)
+    good = (tmp_path / "train.txt").read_bytes()
+    (tmp_path / "train.txt").write_bytes(good + b"caf\xe9 latin-1\n")
+    with pytest.raises(DataError, match=r"train.txt' line 251 is not UTF-8"):
+        run_recipe(path, out_dir=tmp_path / "bad", progress=False)
+    (tmp_path / "train.txt").write_bytes(good)
+    run_recipe(path, overrides={"train.stop_after_steps": 1, "train.save_every": 1}, out_dir=tmp_path / "run",
+               progress=False)
+    # the same size, other pieces: the ids would silently mean other text
+    train_tokenizer(TokenizerConfig("wordpiece", 60, lowercase=True), tmp_path / "valid.txt", tmp_path / "other")
+    with pytest.raises(CheckpointError, match="differs from the one checkpoint"):
+        run_recipe(path, overrides={"data.tokenizer": str(tmp_path / "other")}, out_dir=tmp_path / "run",
+                   progress=False, resume=True)

@@ -14,6 +14,11 @@ Which tokens are masked is drawn anew at every step
 (:class:`~genfeat.objectives.masked_lm.MaskedLMObjective`) from a seed fixed by the example and the
 epoch, so a torchrun run masks as one process with the same global batch.
 
+Bad input: as for XLNet (genfeat.methods.xlnet): non-UTF-8 lines and text-less corpora are one
+DataError, resuming with another tokenizer a CheckpointError. Text longer than an example is read
+on into the next examples; a pair that does not fit is cut from the end of its longer segment;
+``seq_len`` above the model's ``max_position`` is refused before training.
+
 Result: ``valid_loss`` is the masked-LM cross-entropy (nats per masked token, NSP left out) of the
 held-out text under a masking drawn from a fixed seed, so it compares across steps, runs and recipes;
 ``valid_accuracy`` the fraction of masked tokens predicted exactly.
@@ -155,10 +160,14 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
 
     from ..data.documents import PairLayout, bert_examples, document_tokenizer, encode_documents, read_documents
 
+    from .xlnet import check_resume_vocabulary
+
     data = cfg.data
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     docs = read_documents(data.train_text, data.max_documents)
     vocab = document_tokenizer(docs, "wordpiece", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume,
                                cfg.train.device)
+    check_resume_vocabulary(vocab, resume_from)
     special = special_ids(vocab)
     absent = [role for role in ("cls", "sep", "mask") if role not in special]
     if absent:
@@ -187,7 +196,6 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         return masked_lm_figures(m, scorer, valid, data.batch_size, limit)
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     examples = SeededExamples(TensorStream({**train, "index": torch.arange(len(train["input_ids"]))}, data.batch_size,
                                            seed=seed), seed)
     trainer = Trainer(model, one_phase(objective, examples, cfg.steps, cfg.optim),

@@ -18,6 +18,13 @@ With ``model.bi_data`` half of the rows read the stream reversed (the bidirectio
 ``<sep>`` and ``<cls>`` are never predicted. Examples carry seeds, so masks and orders do not depend
 on the number of torchrun processes.
 
+Bad input: a line that is not UTF-8 is one DataError naming the file and line; blank lines only
+separate documents and text of blank lines only is an error; text of any length is read as
+consecutive segments with memory (XLNet has no position limit), and a sentence longer than a
+segment's A/B part is cut where the segment ends. Resuming with a tokenizer other than the one the
+checkpoint was trained with is a CheckpointError, as is loading a checkpoint whose vocab.json does
+not match its model (genfeat.hub.load_checkpoint).
+
 Result: ``valid_loss`` is the recipe's own objective on the held-out text (nats per predicted /
 masked token, NSP left out), read as the segments of the same pipeline with memory, predicted
 tokens, orders and masks drawn from fixed seeds, so it compares across steps, runs and the recipes
@@ -36,7 +43,7 @@ from torch import nn
 
 from ..config import Config, from_dict, to_dict
 from ..data.documents import PretrainingTextConfig
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
@@ -159,13 +166,33 @@ def held_out_loss(model: nn.Module, objective, valid, limit: int = 0) -> dict[st
     return figures
 
 
+def check_resume_vocabulary(vocab, resume_from: Path | None) -> None:
+    """A resumed run must tokenise as the run it continues: its vocabulary must be the vocab.json
+    saved in the checkpoint (same size is not enough: other pieces under the same ids would train
+    on silently wrong inputs).
+
+    Raises:
+        CheckpointError: the vocabularies differ.
+    """
+    from ..data.vocab import load_vocab
+
+    if resume_from is None or not (resume_from / VOCAB_FILE).is_file():
+        return
+    if load_vocab(resume_from / VOCAB_FILE).payload() != vocab.payload():
+        raise CheckpointError(f"the tokenizer of this run differs from the one checkpoint '{resume_from}' was "
+                              "trained with", "resume with the run's own tokenizer: drop data.tokenizer (OUT/tokenizer "
+                              "is read back) or pass the tokenizer folder the run was started with")
+
+
 def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[PretrainingText, bool], Any], *, seed: int,
               out_dir: Path | None, progress: bool, resume: bool) -> dict[str, float]:
     """Build the model and text, train one phase of ``make_objective(text, for_eval)``, evaluate, save."""
     from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 
     data = cfg.data
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     text = pretraining_text(data, cfg.model, seed, out_dir, resume, cfg.train.device)
+    check_resume_vocabulary(text.vocab, resume_from)
     model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(text.vocab), "nsp": cfg.objective.nsp}, "model")
     seed_everything(seed)
     model = XLNetLMHeadModel(model_cfg)
@@ -174,7 +201,6 @@ def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[Pretrainin
         return held_out_loss(m, make_objective(text, True), text.valid, limit)
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, one_phase(make_objective(text, False), text.train, cfg.steps, cfg.optim), train_cfg,
                       evaluate=evaluate, out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
                       save_extra=lambda d: text.vocab.save(d / VOCAB_FILE), resume_from=resume_from)
