@@ -9,7 +9,7 @@ import yaml
 import genfeat
 from genfeat.data.lm import LMBatch
 from genfeat.models.gpt import GPTConfig, GPTLMHeadModel
-from genfeat.models.lstm_lm import LSTMLMConfig, LSTMLMHeadModel, lstm_layer_params, lstm_size_for
+from genfeat.models.lstm_lm import LSTMLMConfig, LSTMLMHeadModel, lstm_params, lstm_size_for
 from genfeat.objectives.causal_lm import CausalLMObjective
 
 RECIPES = Path(__file__).parents[1] / "recipes" / "gpt"
@@ -51,8 +51,8 @@ def test_labels_give_the_log_softmax_of_the_logits_and_the_causal_objective_uses
 
 
 def test_special_tokens_are_gpt1s_and_the_checkpoint_round_trips(tmp_path):
-    model = tiny(n_layer=1, d_hidden=8)  # d_hidden == d_model: no projection
-    assert model.lstm.proj_size == 0
+    model = tiny(n_layer=1, d_hidden=8)  # d_hidden == d_model: no output map
+    assert model.out is None
     table = model.word_emb.weight.detach().clone()
     ids = model.add_special_tokens(3)
     assert ids == [50, 51, 52] and model.config.n_special == 3 and torch.equal(model.word_emb.weight, table)
@@ -87,7 +87,11 @@ def test_the_recipes_lstm_has_the_decoders_parameter_count():
         lstm = LSTMLMHeadModel(LSTMLMConfig(n_token=n_token, **lstm_recipe["model"]))
     n_gpt, n_lstm = (sum(p.numel() for p in m.parameters()) for m in (gpt, lstm))
     assert abs(n_lstm - n_gpt) < 0.01 * n_gpt
-    assert lstm.lstm.proj_size == gpt.config.d_model == lstm.config.d_model
+    assert lstm.out.out_features == gpt.config.d_model == lstm.config.d_model
     cfg = lstm.config
-    assert n_lstm == n_token * cfg.d_model + cfg.n_layer * lstm_layer_params(cfg.d_model, cfg.d_hidden)
+    assert n_lstm == n_token * cfg.d_model + lstm_params(cfg.d_model, cfg.d_hidden, cfg.n_layer)
     assert lstm_size_for(n_gpt - n_token * cfg.d_model, cfg.d_model, cfg.n_layer) == cfg.d_hidden
+    for n_layer in (1, 2, 3):  # the closest size for any depth
+        h = lstm_size_for(3_000_000, 64, n_layer)
+        assert lstm_params(64, h, n_layer) <= 3_000_000 <= lstm_params(64, h + 1, n_layer) or \
+            lstm_params(64, h - 1, n_layer) <= 3_000_000 <= lstm_params(64, h, n_layer)

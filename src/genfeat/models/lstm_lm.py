@@ -2,8 +2,8 @@
 GPT-1 seed paper's Table 5 (Radford et al. 2018, §5: "a single layer 2048 unit LSTM").
 
 Tokens are embedded (the table tied to the output layer, as GPT-1's), read left to right by
-``n_layer`` LSTM layers of ``d_hidden`` cells whose outputs are projected back to ``d_model``
-(torch's LSTM ``proj_size``; none when d_hidden == d_model), and scored against the same table:
+``n_layer`` LSTM layers of ``d_hidden`` cells, whose last outputs a linear layer maps back to
+``d_model`` (none when d_hidden == d_model), and scored against the same table:
 P(u_t | u_<t) = softmax(h_t W_e^T) (seed paper Eq. 2 with the decoder replaced). Dropout on the
 embeddings (``dropemb``), between layers and on the last layer's output (``dropout``).
 
@@ -16,8 +16,11 @@ is GPT-1's own code. There is no position table; ``max_position`` only bounds th
 GPT-1's does, so both models are fed the same truncated inputs.
 
 Size. A GPT-1 decoder has about 12 d^2 parameters a layer (attention 4 d^2, feed-forward 8 d^2 with
-d_inner = 4d) plus its position table; a layer here has 4 H (d_in + P) + 8 H + P H with P = d_model
-the projection (d_in = d_model for every layer). :func:`lstm_size_for` picks H for a parameter budget.
+d_inner = 4d) plus its position table; a layer here has 4 H (d_in + H) + 8 H (d_in = d for the first,
+H for the others) and the output map H d + d. :func:`lstm_size_for` picks H for a parameter budget.
+(torch's built-in output projection, ``proj_size``, has no oneDNN kernel: a forward and backward
+pass of [8, 128] inputs through one such layer of the same parameter count took 1.7 times as long
+as this layer and map, on the 2-core CPU VM while it was loaded.)
 
 Axes: b batch, t time, d model width (embedding and projection), H LSTM cells, V vocabulary, S special tokens.
 """
@@ -45,7 +48,7 @@ class LSTMLMConfig(Config):
     n_special: int = 0
     """Special tokens S added for fine-tuning, ids V .. V+S-1, in their own table (as GPT-1's)."""
     d_model: int = 256
-    """Embedding width d, also the width of each layer's (projected) output."""
+    """Embedding width d, also the width of the (mapped) output states."""
     d_hidden: int = 1024
     """LSTM cells H per layer."""
     n_layer: int = 1
@@ -66,7 +69,7 @@ class LSTMLMConfig(Config):
             raise ValueError(f"n_special must be >= 0, got {self.n_special}")
         if self.d_hidden < self.d_model:
             raise ValueError(f"d_hidden ({self.d_hidden}) must be >= d_model ({self.d_model}): the outputs are "
-                             "projected down to d_model")
+                             "mapped down to d_model")
         if not all(0.0 <= p < 1.0 for p in (self.dropout, self.dropemb)):
             raise ValueError("dropout and dropemb must be in [0, 1)")
 
@@ -74,24 +77,30 @@ class LSTMLMConfig(Config):
 @dataclass
 class LSTMLMOutput:
     hidden: Tensor
-    """[..., t, d] last-layer outputs (projected to d_model; leading axes as the input's)."""
+    """[..., t, d] last-layer outputs (mapped to d_model; leading axes as the input's)."""
     logits: Tensor | None = None
     """[..., t, V + S] next-token logits; None when the head was skipped."""
     target_log_probs: Tensor | None = None
     """[..., t] log p(labels) when labels were given."""
 
 
-def lstm_layer_params(d_model: int, d_hidden: int) -> int:
-    """Parameters of one LSTM layer with input d_model and outputs projected to d_model (none when equal)."""
-    proj = d_model if d_hidden != d_model else 0
-    return 4 * d_hidden * (d_model + (proj or d_hidden)) + 8 * d_hidden + proj * d_hidden
+def lstm_params(d_model: int, d_hidden: int, n_layer: int) -> int:
+    """Parameters of the LSTM layers and the output map (token tables left out)."""
+    first = 4 * d_hidden * (d_model + d_hidden) + 8 * d_hidden
+    later = (n_layer - 1) * (8 * d_hidden * d_hidden + 8 * d_hidden)
+    return first + later + (d_hidden * d_model + d_model if d_hidden != d_model else 0)
 
 
 def lstm_size_for(budget: int, d_model: int, n_layer: int) -> int:
-    """The cells H per layer whose ``n_layer`` layers hold about ``budget`` parameters (e.g. a GPT-1
-    decoder's, embeddings left out), at least d_model."""
-    per_cell = 8 * d_model + 8 + d_model  # lstm_layer_params is linear in H when projecting
-    return max(d_model, round(budget / (n_layer * per_cell)))
+    """The cells H per layer (at least d_model) whose layers and output map hold the parameter count
+    closest to ``budget`` (e.g. a GPT-1 decoder's, token tables left out)."""
+    low, high = d_model, d_model
+    while lstm_params(d_model, high, n_layer) < budget:
+        high *= 2
+    while high - low > 1:  # lstm_params grows with H
+        mid = (low + high) // 2
+        low, high = (mid, high) if lstm_params(d_model, mid, n_layer) < budget else (low, mid)
+    return min((low, high), key=lambda h: abs(lstm_params(d_model, h, n_layer) - budget))
 
 
 class LSTMLMHeadModel(nn.Module):
@@ -120,17 +129,20 @@ class LSTMLMHeadModel(nn.Module):
         self.special_emb = nn.Embedding(cfg.n_special, cfg.d_model) if cfg.n_special else None
         self.drop_emb = nn.Dropout(cfg.dropemb)
         self.lstm = nn.LSTM(cfg.d_model, cfg.d_hidden, cfg.n_layer, batch_first=True,
-                            dropout=cfg.dropout if cfg.n_layer > 1 else 0.0,
-                            proj_size=cfg.d_model if cfg.d_hidden != cfg.d_model else 0)
+                            dropout=cfg.dropout if cfg.n_layer > 1 else 0.0)
+        self.out = nn.Linear(cfg.d_hidden, cfg.d_model) if cfg.d_hidden != cfg.d_model else None
         self.drop = nn.Dropout(cfg.dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Token tables Normal(0, init_std) as GPT-1's; LSTM weights uniform(±1/sqrt(H)) (torch's
-        default), forget-gate biases 1 so the cells start by keeping their state."""
+        """Token tables and the output map Normal(0, init_std) as GPT-1's (zero bias); LSTM weights
+        uniform(±1/sqrt(H)) (torch's default), forget-gate biases 1 so the cells start by keeping their state."""
         for table in (self.word_emb, self.special_emb):
             if table is not None:
                 nn.init.normal_(table.weight, 0.0, self.config.init_std)
+        if self.out is not None:
+            nn.init.normal_(self.out.weight, 0.0, self.config.init_std)
+            nn.init.zeros_(self.out.bias)
         bound = 1.0 / math.sqrt(self.config.d_hidden)
         h = self.config.d_hidden
         for name, p in self.lstm.named_parameters():
@@ -153,7 +165,9 @@ class LSTMLMHeadModel(nn.Module):
                 raise ValueError("attention_mask has padding before a token: an LSTM reads left to right, pad on the right")
         table = self.token_table()
         h = self.drop_emb(F.embedding(input_ids.reshape(-1, t), table))  # [b, t, d]
-        h, _ = self.lstm(h)
+        h, _ = self.lstm(h)  # [b, t, H]
+        if self.out is not None:
+            h = self.out(h)
         hidden = self.drop(h).view(*shape, -1)
         if return_logits is None:
             return_logits = labels is None
