@@ -86,3 +86,50 @@ def test_a_pretraining_directory_is_not_a_task_model(tmp_path):
     hf.save_pretrained(tmp_path / "mlm")
     with pytest.raises(CheckpointError, match="not finetune"):
         from_pretrained(tmp_path / "mlm", architecture="finetune")
+
+
+XLNET = {"vocab_size": 60, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 32, "dropout": 0.0}
+
+
+def _hf_xlnet(cls, tmp_path, **extra):
+    torch.manual_seed(0)
+    hf = cls(transformers.XLNetConfig(**XLNET, **extra)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    hf.save_pretrained(tmp_path / "hf")
+    return hf
+
+
+def _left_padded():
+    ids, mask, types = _batch()
+    ids, mask, types = ids.flip(-1), mask.flip(-1), types.flip(-1)      # XLNet pads on the left, <cls> last
+    return ids, mask, types
+
+
+def test_xlnet_sequence_classification_parity_both_ways(tmp_path):
+    hf = _hf_xlnet(transformers.XLNetForSequenceClassification, tmp_path, num_labels=3)
+    ours = from_pretrained(tmp_path / "hf", architecture="finetune")
+    assert ours.config.backbone == "xlnet" and ours.config.head.pool
+    ids, mask, types = _left_padded()
+    last = torch.full((2, 1), ids.shape[-1] - 1)
+    with torch.no_grad():
+        ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits
+        got = ours(ids, mask, types, last).logits
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    save_pretrained(ours, tmp_path / "back", hf=True)
+    again = transformers.XLNetForSequenceClassification.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits, ref,
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_xlnet_question_answering_simple_parity(tmp_path):
+    hf = _hf_xlnet(transformers.XLNetForQuestionAnsweringSimple, tmp_path)
+    ours = from_pretrained(tmp_path / "hf")
+    ids, mask, types = _left_padded()
+    with torch.no_grad():
+        ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0])
+        got = ours(ids, mask, types, torch.full((2, 1), 8), torch.ones(2, 9, dtype=torch.bool))
+    torch.testing.assert_close(got.start_logits, ref.start_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.end_logits, ref.end_logits, atol=1e-4, rtol=1e-4)

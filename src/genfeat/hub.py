@@ -41,8 +41,9 @@ HF_LOADERS: dict[str, tuple[str, str]] = {
 }
 # Hugging Face task models (config.json "architectures"), tried before HF_LOADERS -> (interop module, loader)
 HF_TASK_LOADERS: dict[str, tuple[str, str]] = {
-    name: ("genfeat.interop.hf_finetune", "load_hf_bert_task")
-    for name in ("BertForSequenceClassification", "BertForMultipleChoice", "BertForQuestionAnswering")
+    name: ("genfeat.interop.hf_finetune", "load_hf_task")
+    for name in ("BertForSequenceClassification", "BertForMultipleChoice", "BertForQuestionAnswering",
+                 "XLNetForSequenceClassification", "XLNetForQuestionAnsweringSimple")
 }
 # genfeat architecture -> (interop module, function writing a Hugging Face directory)
 HF_SAVERS: dict[str, tuple[str, str]] = {
@@ -50,7 +51,7 @@ HF_SAVERS: dict[str, tuple[str, str]] = {
     "bert": ("genfeat.interop.hf_bert", "save_hf_bert"),
     "xlnet": ("genfeat.interop.hf_xlnet", "save_hf_xlnet"),
     "gpt": ("genfeat.interop.hf_gpt", "save_hf_gpt"),
-    "finetune": ("genfeat.interop.hf_finetune", "save_hf_bert_task"),
+    "finetune": ("genfeat.interop.hf_finetune", "save_hf_task"),
 }
 VOCAB_FILE = "vocab.json"
 HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model")  # in the order genfeat.data.tokenizers reads them

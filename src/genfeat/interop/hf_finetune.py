@@ -1,17 +1,22 @@
-"""Hugging Face BERT task models <-> genfeat fine-tuned models (:class:`~genfeat.models.heads.FineTuneModel`).
+"""Hugging Face BERT and XLNet task models <-> genfeat fine-tuned models (:class:`~genfeat.models.heads.FineTuneModel`).
 
 Reads ``BertForSequenceClassification`` (classification, or regression with ``num_labels`` 1),
-``BertForMultipleChoice`` and ``BertForQuestionAnswering`` directories; writes the same. The encoder's
-weights convert as genfeat.interop.hf_bert converts them; the heads map one to one:
+``BertForMultipleChoice``, ``BertForQuestionAnswering``, ``XLNetForSequenceClassification`` and
+``XLNetForQuestionAnsweringSimple`` directories; writes the same. The encoders' weights convert as
+genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
 
-- sequence classification / multiple choice: HF's pooler (dense + tanh over [CLS]) is the head's
+- BERT sequence classification / multiple choice: HF's pooler (dense + tanh over [CLS]) is the head's
   ``pooler`` and ``classifier`` its ``out`` (one score per choice for multiple choice);
+- XLNet sequence classification: ``sequence_summary.summary`` (dense + tanh over the last token,
+  ``<cls>``; summary_type "last") is the ``pooler`` and ``logits_proj`` the ``out``;
 - question answering: ``qa_outputs`` (start and end scores per token) is the span head's ``out``.
 
-HF task models have no masked-LM head, so the backbone's keeps its initialisation (it is never used for
-a task). The task the model was trained for is HF's ``finetuning_task`` when the config names one
-(else ``hf:<architecture>``, which ``genfeat evaluate --task`` accepts for any task whose head fits).
-Not converted: SQuAD 2.0 answerability heads (HF's BERT has none), and GPT-1's or XLNet's task models.
+HF task models have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
+whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
+``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
+accepts for any task whose head fits). Not converted: answerability heads (SQuAD 2.0; HF's
+XLNetForQuestionAnswering's beam-search head differs), GPT-1's task models, and XLNet sequence summaries
+other than "last" with a tanh projection.
 """
 
 from __future__ import annotations
@@ -19,19 +24,115 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
 
 from ..config import to_dict
 from ..errors import CheckpointError
 from ..models.bert import BertForMaskedLM
 from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig
-from . import gather_converted, load_converted, read_hf_weights, split_converted
+from ..models.xlnet import XLNetLMHeadModel
+from . import gather_converted, hf_xlnet, load_converted, read_hf_weights, split_converted
 from .hf_bert import _name_map, hf_config_to_ours, ours_to_hf_config
 
 # HF architecture -> (head weight prefix, head kind or None: classification/regression by num_labels)
 BERT_TASK_HEADS = {"BertForSequenceClassification": ("classifier", None),
                    "BertForMultipleChoice": ("classifier", "multiple_choice"),
                    "BertForQuestionAnswering": ("qa_outputs", "span")}
+XLNET_TASK_HEADS = {"XLNetForSequenceClassification": ("logits_proj", None),
+                    "XLNetForQuestionAnsweringSimple": ("qa_outputs", "span")}
+_XLNET_POOLER = "sequence_summary.summary"
+
+
+def _head_kind(kind: str | None, n_out: int) -> str:
+    return kind or ("regression" if n_out == 1 else "classification")
+
+
+def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
+                max_len: int) -> FineTuneModel:
+    head = HeadConfig(kind=kind, n_labels=n_out if kind in ("classification", "regression") else 2,
+                      d_model=backbone.config.d_model, pool=kind != "span", dropout=dropout)
+    return FineTuneModel(FineTuneConfig(task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
+                                        backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
+                                        doc_stride=max_len // 2), backbone)
+
+
+def _label_fields(model: FineTuneModel) -> dict:
+    """HF config fields of a classification or regression head."""
+    head = model.config.head
+    if head.kind not in ("classification", "regression"):
+        return {}
+    return {"num_labels": head.n_labels,
+            "problem_type": "regression" if head.kind == "regression" else "single_label_classification",
+            "id2label": {str(i): f"LABEL_{i}" for i in range(head.n_labels)},
+            "label2id": {f"LABEL_{i}": i for i in range(head.n_labels)}}
+
+
+def load_hf_task(path: str | Path) -> FineTuneModel:
+    """A FineTuneModel from a Hugging Face BERT or XLNet task-model directory (module docstring)."""
+    arch = (json.loads((Path(path) / "config.json").read_text()).get("architectures") or [""])[0]
+    return load_hf_xlnet_task(path) if arch in XLNET_TASK_HEADS else load_hf_bert_task(path)
+
+
+def save_hf_task(model: FineTuneModel, path: str | Path) -> None:
+    """Write a BERT or XLNet FineTuneModel as the matching Hugging Face task model."""
+    (save_hf_xlnet_task if model.config.backbone == "xlnet" else save_hf_bert_task)(model, path)
+
+
+def load_hf_xlnet_task(path: str | Path) -> FineTuneModel:
+    """A FineTuneModel from an XLNetForSequenceClassification / XLNetForQuestionAnsweringSimple directory."""
+    path = Path(path)
+    hf_cfg = json.loads((path / "config.json").read_text())
+    arch = (hf_cfg.get("architectures") or [""])[0]
+    prefix, kind = XLNET_TASK_HEADS[arch]
+    if hf_cfg.get("summary_type", "last") != "last" or hf_cfg.get("summary_activation", "tanh") != "tanh" \
+            or not hf_cfg.get("summary_use_proj", True):
+        raise CheckpointError(f"'{path}' summarises sequences with summary_type {hf_cfg.get('summary_type')!r}, "
+                              f"activation {hf_cfg.get('summary_activation')!r}", "convert an XLNet task model with "
+                              "the default summary (the last token, a tanh projection)")
+    weights = read_hf_weights(path)
+    head_names = _head_names_xlnet(prefix, pooled=kind != "span")
+    absent = [theirs for theirs in head_names.values() if theirs not in weights]
+    if absent:
+        raise CheckpointError(f"Hugging Face weights lack '{absent[0]}'", "the config.json and the weights disagree")
+    head_state = {ours: weights.pop(theirs) for ours, theirs in head_names.items()}
+    cfg = hf_xlnet.hf_config_to_ours(hf_cfg)
+    backbone = XLNetLMHeadModel(cfg)
+    # a task model has no LM head: the backbone's decoder bias starts at zero
+    backbone.load_state_dict(hf_xlnet.hf_state_to_ours({**weights, "lm_loss.bias": torch.zeros(cfg.n_token)}, cfg))
+    n_out = head_state["head.out.weight"].shape[0]
+    model = _task_model(arch, "xlnet", backbone, hf_cfg, _head_kind(kind, n_out), n_out,
+                        hf_cfg.get("summary_last_dropout", cfg.dropout), 512)
+    load_converted(model, {**model.state_dict(), **head_state}, [], "XLNet task model")
+    return model.eval()
+
+
+def _head_names_xlnet(prefix: str, pooled: bool) -> dict[str, str]:
+    names = {f"head.out.{p}": f"{prefix}.{p}" for p in ("weight", "bias")}
+    if pooled:
+        names.update({f"head.pooler.{p}": f"{_XLNET_POOLER}.{p}" for p in ("weight", "bias")})
+    return names
+
+
+def save_hf_xlnet_task(model: FineTuneModel, path: str | Path) -> None:
+    """Write an XLNet FineTuneModel as XLNetForSequenceClassification or XLNetForQuestionAnsweringSimple."""
+    cfg = model.config
+    if cfg.head.kind == "multiple_choice" or cfg.head.answerability:
+        raise CheckpointError(f"a fine-tuned XLNet with a {cfg.head.kind} head"
+                              f"{' and answerability' if cfg.head.answerability else ''} has no Hugging Face "
+                              "task-model format in genfeat", "save a genfeat checkpoint")
+    arch = "XLNetForQuestionAnsweringSimple" if cfg.head.kind == "span" else "XLNetForSequenceClassification"
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v for k, v in hf_xlnet.ours_state_to_hf(model.backbone).items() if not k.startswith("lm_loss.")}
+    state = model.state_dict()
+    for ours, theirs in _head_names_xlnet(XLNET_TASK_HEADS[arch][0], cfg.head.kind != "span").items():
+        tensors[theirs] = state[ours].detach().contiguous().clone()
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    hf = hf_xlnet.ours_to_hf_config(model.backbone.config)
+    hf.update({"architectures": [arch], "finetuning_task": cfg.task, "summary_type": "last", "summary_use_proj": True,
+               "summary_activation": "tanh", "summary_last_dropout": cfg.head.dropout, **_label_fields(model)})
+    (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
 
 
 def _encoder_names(model: FineTuneModel) -> dict[str, str | tuple[str, ...]]:
@@ -61,15 +162,10 @@ def load_hf_bert_task(path: str | Path) -> FineTuneModel:
     if f"{prefix}.weight" not in weights:
         raise CheckpointError(f"Hugging Face weights lack '{prefix}.weight'", "the config.json and the weights disagree")
     n_out = weights[f"{prefix}.weight"].shape[0]
-    kind = kind or ("regression" if n_out == 1 else "classification")
     backbone = BertForMaskedLM(hf_config_to_ours(hf_cfg, nsp=False))
-    bert = backbone.config
     dropout = hf_cfg.get("classifier_dropout")
-    head = HeadConfig(kind=kind, n_labels=n_out if kind in ("classification", "regression") else 2, d_model=bert.d_model,
-                      pool=kind != "span", dropout=bert.dropout if dropout is None else dropout)
-    model = FineTuneModel(FineTuneConfig(task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone="bert",
-                                         backbone_config=to_dict(bert), head=head, max_len=bert.max_position,
-                                         doc_stride=bert.max_position // 2), backbone)
+    model = _task_model(arch, "bert", backbone, hf_cfg, _head_kind(kind, n_out), n_out,
+                        backbone.config.dropout if dropout is None else dropout, backbone.config.max_position)
     state, used = gather_converted({**_encoder_names(model), **_head_names(model, prefix)}, weights)
     # the unused masked-LM head keeps its initialisation
     state = {**model.state_dict(), **state}
@@ -91,10 +187,6 @@ def save_hf_bert_task(model: FineTuneModel, path: str | Path) -> None:
                               model.state_dict())
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     hf = ours_to_hf_config(model.backbone.config)
-    hf.update({"architectures": [arch], "finetuning_task": cfg.task, "classifier_dropout": cfg.head.dropout})
-    if cfg.head.kind in ("classification", "regression"):
-        hf["num_labels"] = cfg.head.n_labels
-        hf["problem_type"] = "regression" if cfg.head.kind == "regression" else "single_label_classification"
-        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.head.n_labels)}
-        hf["label2id"] = {f"LABEL_{i}": i for i in range(cfg.head.n_labels)}
+    hf.update({"architectures": [arch], "finetuning_task": cfg.task, "classifier_dropout": cfg.head.dropout,
+               **_label_fields(model)})
     (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
