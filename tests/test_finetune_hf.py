@@ -25,9 +25,10 @@ def _batch(k: int = 1):
     return ids, mask, types
 
 
-def _hf(cls, tmp_path, **extra):
+def _hf(cls, tmp_path, config=None, **extra):
+    """A random-weight Hugging Face model of class ``cls`` (BERT's config unless ``config``), saved to tmp/hf."""
     torch.manual_seed(0)
-    hf = cls(transformers.BertConfig(**CFG, **extra)).eval()
+    hf = cls(config(**extra) if config is not None else transformers.BertConfig(**CFG, **extra)).eval()
     with torch.no_grad():                                # random, not zero, biases and layer norms
         for p in hf.parameters():
             p.add_(torch.randn_like(p) * 0.02)
@@ -92,13 +93,7 @@ XLNET = {"vocab_size": 60, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 
 
 
 def _hf_xlnet(cls, tmp_path, **extra):
-    torch.manual_seed(0)
-    hf = cls(transformers.XLNetConfig(**XLNET, **extra)).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    hf.save_pretrained(tmp_path / "hf")
-    return hf
+    return _hf(cls, tmp_path, lambda **kw: transformers.XLNetConfig(**XLNET, **kw), **extra)
 
 
 def _left_padded():
