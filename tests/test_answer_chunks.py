@@ -89,3 +89,30 @@ def test_fallback_covers_squad_answers():
             total += 1
             hit += (a["answer_start"], a["answer_start"] + len(a["text"])) in spans
     assert hit / total > 0.3
+
+
+def test_spacy_parses_each_paragraph_once_per_process(monkeypatch):
+    """A stand-in pipeline (no entities, chunks or tokens) records what it is asked to parse."""
+    parsed = []
+
+    class Doc:
+        ents, noun_chunks = (), ()
+
+        def __iter__(self):
+            return iter(())
+
+    class Pipeline:
+        def pipe(self, texts, batch_size):
+            for t in texts:
+                parsed.append(t)
+                yield Doc()
+
+    monkeypatch.setattr(answer_chunks, "spacy_pipeline", lambda name: Pipeline())
+    monkeypatch.setattr(answer_chunks, "_PARSED", {})
+    cfg = ChunkConfig(backend="spacy", spacy_model="stand-in")
+    assert extract_many(["one paragraph.", "two.", "one paragraph."], cfg) == [[], [], []]
+    assert extract_many(["two.", "three."], cfg) == [[], []]
+    assert parsed == ["one paragraph.", "two.", "three."]
+    monkeypatch.setattr(answer_chunks, "_PARSED_MAX", 3)
+    extract_many(["four.", "two."], cfg)  # over the cap: the cache starts again with this call's paragraphs
+    assert parsed[3:] == ["four.", "two."] and set(answer_chunks._PARSED) == {("stand-in", "four."), ("stand-in", "two.")}
