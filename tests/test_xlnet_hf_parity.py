@@ -10,6 +10,7 @@ from transformers import XLNetConfig as HFXLNetConfig, XLNetLMHeadModel as HFXLN
 
 import genfeat  # noqa: E402
 from genfeat.errors import CheckpointError  # noqa: E402
+from genfeat.interop.hf_xlnet import load_hf_xlnet  # noqa: E402
 from genfeat.models.xlnet import XLNetLMHeadModel  # noqa: E402
 
 V, B, T, N = 60, 2, 9, 4
@@ -116,5 +117,8 @@ def test_another_architecture_or_mismatched_weights_are_rejected(tmp_path):
     with pytest.raises(CheckpointError, match="not transformer_xl"):
         genfeat.from_pretrained(tmp_path / "hf", architecture="transformer_xl")
     transformers.XLNetForSequenceClassification(hf.config).save_pretrained(tmp_path / "cls")
+    # a task model loads as one (genfeat.interop.hf_finetune), never as the LM
+    with pytest.raises(CheckpointError, match="holds a finetune model, not xlnet"):
+        genfeat.from_pretrained(tmp_path / "cls", architecture="xlnet")
     with pytest.raises(CheckpointError, match="without the LM head"):
-        genfeat.from_pretrained(tmp_path / "cls")
+        load_hf_xlnet(tmp_path / "cls")
