@@ -343,20 +343,3 @@ def word_start(vocab: Vocab) -> torch.Tensor:
         starts = [not p.startswith("##") for p in pieces]
     return torch.tensor(starts, dtype=torch.bool)
 
-
-def tokenizer_for_run(tokenizer: str | Path | None, cfg: TokenizerConfig, corpus: str | Path,
-                      out_dir: str | Path | None, resume: bool) -> Vocab:
-    """The tokenizer of a pretraining run: the folder ``tokenizer`` when given; else one trained
-    (``cfg``) on ``corpus`` into OUT/tokenizer, or read back from there when resuming; without an
-    output directory, trained in a temporary folder."""
-    import tempfile
-
-    if tokenizer is not None:
-        return load_tokenizer(tokenizer)
-    if out_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            return train_tokenizer(cfg, corpus, Path(tmp) / "tokenizer")
-    target = Path(out_dir) / "tokenizer"
-    if resume and target.is_dir():
-        return load_tokenizer(target)
-    return train_tokenizer(cfg, corpus, target)

@@ -5,12 +5,14 @@ Recipe: ``method: gpt`` plus the fields of :class:`GPTRecipe`. ``architecture`` 
 "LSTM instead of Transformer" row of the seed paper's Table 5); the model section takes the fields
 of its config, ``n_token`` coming from the tokenizer.
 
-Data: the text (a registered corpus split, a file or a folder of documents) is tokenised with a BPE
-tokenizer (GPT-1's, genfeat.data.tokenizers; trained on the training text into OUT/tokenizer when
-none is given), its non-blank lines joined into one stream, and cut into ``batch_size`` contiguous
-rows and those into blocks of ``seq_len`` tokens; a step reads one block of every row, blocks in a
-seeded random order (:class:`~genfeat.data.lm.LMShuffledStream`), each block on its own: the
-model sees at most ``seq_len`` tokens of context, as GPT-1 (no memory across blocks).
+Data: the text is read as documents (genfeat.data.documents: ``imdb:train``, ``wikitext2:SPLIT``,
+``ptb:SPLIT``, a text file or a folder; the data section is that of the BERT and XLNet recipes),
+tokenised with a BPE tokenizer (GPT-1's, genfeat.data.tokenizers; trained on the training text into
+OUT/tokenizer when none is given), joined into one stream (documents follow each other without a
+separator token: GPT-1's vocabulary has none), and cut into ``batch_size`` contiguous rows and those
+into blocks of ``seq_len`` tokens; a step reads one block of every row, blocks in a seeded random
+order (:class:`~genfeat.data.lm.LMShuffledStream`), each block on its own: the model sees at most
+``seq_len`` tokens of context, as GPT-1 (no memory across blocks).
 
 Result: ``valid_loss`` is the causal-LM cross-entropy (nats per BPE token) of the held-out text
 read as consecutive blocks of ``seq_len`` tokens, each without earlier context; ``valid_ppl`` its
@@ -33,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config, from_dict, to_dict
+from ..data.documents import PretrainingTextConfig
 from ..data.lm import LMShuffledStream, iter_lm_segments
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
@@ -42,36 +45,23 @@ from ..hub import ARCHITECTURES, VOCAB_FILE, checkpoint_config, save_pretrained
 from ..io import write_json_atomic
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
-from .bert import _token_ids, text_path
+from .xlnet import check_resume_vocabulary
 
 
 @dataclass
-class GPTDataConfig(Config):
-    """The pretraining text, its BPE tokenizer and the blocks cut from it."""
+class GPTDataConfig(PretrainingTextConfig):
+    """The pretraining text, its BPE tokenizer and the blocks cut from it (``seq_len`` tokens a block, at
+    most the model's max_position; ``batch_size`` blocks a step)."""
 
-    train_text: str = "ptb:train"
-    """Training text: a registered corpus file NAME:SPLIT (ptb:train, wikitext2:train, ...), a text
-    file, or a folder of text files (documents)."""
-    valid_text: str = "ptb:valid"
-    """Held-out text, in the same forms."""
-    tokenizer: str | None = None
-    """A tokenizer folder (``genfeat tokenizer train``, or a Hugging Face tokenizer.json); None: train
-    a BPE tokenizer on ``train_text`` (written to OUT/tokenizer)."""
-    vocab_size: int = 8000
-    """Size of the BPE tokenizer trained when ``tokenizer`` is None."""
     lowercase: bool = True
     """Lower-case the text in the tokenizer trained when ``tokenizer`` is None (as GPT-1's)."""
-    seq_len: int = 128
-    """Tokens per block (at most the model's max_position)."""
-    batch_size: int = 8
-    """Blocks per step (the contiguous rows the training text is cut into)."""
     valid_tokens: int = 0
     """Evaluate on the first this many held-out tokens during training (0: all); the final figures use all."""
 
     def __post_init__(self):
-        if self.seq_len < 1 or self.batch_size < 1 or self.valid_tokens < 0 or self.vocab_size < 10:
-            raise ValueError(f"seq_len ({self.seq_len}) and batch_size ({self.batch_size}) must be >= 1, "
-                             f"valid_tokens ({self.valid_tokens}) >= 0 and vocab_size ({self.vocab_size}) >= 10")
+        super().__post_init__()
+        if self.valid_tokens < 0:
+            raise ValueError(f"valid_tokens must be >= 0, got {self.valid_tokens}")
 
 
 @dataclass
@@ -150,19 +140,21 @@ def causal_lm_loss(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size
 @register_method("gpt", GPTRecipe)
 def run(cfg: GPTRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
-    from ..data.tokenizers import TokenizerConfig, tokenizer_for_run
+    from ..data.documents import document_tokenizer, encode_documents, read_documents
 
     data = cfg.data
-    train_path, valid_path = text_path(data.train_text), text_path(data.valid_text)
-    vocab = tokenizer_for_run(data.tokenizer, TokenizerConfig("bpe", data.vocab_size, data.lowercase), train_path,
-                              out_dir, resume)
+    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    docs = read_documents(data.train_text, data.max_documents)
+    vocab = document_tokenizer(docs, "bpe", data.vocab_size, data.lowercase, data.tokenizer, out_dir, resume,
+                               cfg.train.device)
+    check_resume_vocabulary(vocab, resume_from)
     seed_everything(seed)
     model = build_lm(cfg.architecture, cfg.model, len(vocab))
     if data.seq_len > model.config.max_position:
         raise ConfigError(f"data.seq_len {data.seq_len} is longer than model.max_position {model.config.max_position}",
                           "lower data.seq_len or raise model.max_position")
-    train = torch.tensor(_token_ids(train_path, vocab), dtype=torch.long)
-    valid = torch.tensor(_token_ids(valid_path, vocab), dtype=torch.long)
+    train = encode_documents(docs, vocab)[0]
+    valid = encode_documents(read_documents(data.valid_text, data.valid_documents), vocab)[0]
     stream = LMShuffledStream(train, data.batch_size, data.seq_len, seed=seed, drop_last_partial=True)
     zero_shot = None
     if cfg.zero_shot.task is not None:
@@ -178,7 +170,6 @@ def run(cfg: GPTRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tru
         return figures
 
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, one_phase(CausalLMObjective(recurrence=False), stream, cfg.steps, cfg.optim), train_cfg,
                       evaluate=evaluate, out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
                       save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
