@@ -347,7 +347,7 @@ class ElmoAdapter(BackboneAdapter):
     def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
         char_ids = backbone.spell(input_ids)
         if attention_mask is not None:
-            char_ids = char_ids * attention_mask[..., None].to(char_ids.dtype)     # padding: all-PAD rows
+            char_ids = char_ids.masked_fill(attention_mask[..., None] == 0, PAD)     # padding: all-PAD rows
         out = backbone(char_ids)
         mixed = backbone.mix(out.layers, out.mask)                                  # [n, t, 2d]
         keep = out.mask[..., None].to(mixed.dtype)
