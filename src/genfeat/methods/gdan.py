@@ -29,8 +29,15 @@ adversarial settings add T_G G steps, with G's own optimizer, after every T_D D 
 ``train.eval_every`` steps scores dev F1 (D reads dev questions with d_true when tags are on), and the
 parameters of the best dev F1 are kept (model selection on dev only). The figures of a run: ``test_f1``,
 ``test_em``, ``dev_f1``, ``dev_em`` (SQuAD v1.1's official EM/F1 on the word span decoded by
-:func:`best_spans`, as fractions), the data sizes and ``train_seconds``; ``genfeat run --seeds N`` adds
-their means over seeds (``test_f1_mean`` ...).
+:func:`best_spans`, as fractions), ``labelled`` questions, ``unlabelled_questions`` (Context
+pseudo-questions, or the answer chunks G writes questions for), ``vocab``, ``steps`` (D and G steps of the
+training phase) and ``train_seconds`` (G's pretraining included); ``genfeat run --seeds N`` adds their means
+over seeds (``test_f1_mean`` ...). Output directory: ``OUT/g_mle`` (G's MLE pretraining log),
+``OUT/metrics.jsonl``, ``OUT/last`` (D and G with the vocabulary), ``OUT/results.json``.
+
+The thesis's D is larger (GloVe-initialised, character features) and G's questions come from 1M
+Wikipedia paragraphs; here both models start at random and the unlabelled text is SQuAD's unlabelled
+articles plus WikiText-2 valid/test (:mod:`genfeat.data.gdan`).
 """
 
 from __future__ import annotations
