@@ -14,8 +14,9 @@ word is spelled from its vocabulary entry, so an out-of-vocabulary word of the t
 Result: ``valid_loss`` is the sum of the forward and backward LMs' cross-entropies (nats per token
 pair, the quantity Eq. 1 of the paper maximises the negative of); ``valid_forward_loss`` /
 ``valid_backward_loss`` each direction's (nats per token), ``valid_forward_ppl`` /
-``valid_backward_ppl`` their perplexities. The checkpoint OUT/final holds the biLM and the word
-vocabulary (:func:`load_elmo` reads both and rebuilds the character vocabulary).
+``valid_backward_ppl`` their perplexities. The checkpoint OUT/final holds the biLM (with the spelling
+of every vocabulary word) and the word vocabulary; :func:`load_elmo` reads both and rebuilds the
+character vocabulary, which spells words outside the vocabulary.
 """
 
 from __future__ import annotations
