@@ -128,3 +128,37 @@ def test_xlnet_question_answering_simple_parity(tmp_path):
         got = ours(ids, mask, types, torch.full((2, 1), 8), torch.ones(2, 9, dtype=torch.bool))
     torch.testing.assert_close(got.start_logits, ref.start_logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got.end_logits, ref.end_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_gpt_double_heads_multiple_choice_parity_both_ways(tmp_path):
+    from genfeat.hub import load_checkpoint
+    from genfeat.interop.hf_finetune import from_double_heads
+
+    cfg = transformers.OpenAIGPTConfig(vocab_size=53, n_embd=16, n_layer=2, n_head=2, n_positions=24, resid_pdrop=0.0,
+                                       embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0, genfeat_n_special=3)
+    hf = _hf(transformers.OpenAIGPTDoubleHeadsModel, tmp_path, lambda **kw: cfg)
+    gpt, _ = load_checkpoint(tmp_path / "hf")
+    ours = from_double_heads(gpt)
+    assert ours.config.head.kind == "multiple_choice" and not ours.config.head.pool
+    assert (ours.input_format(None).start_id, ours.input_format(None).extract_id) == (50, 52)
+    ids, mask, _ = _batch(k=3)
+    ids = ids % 50                                                      # the pretrained tokens 0..49
+    ids[..., -1] = 52                                                   # every choice ends with <extract>
+    ids[1, :, 5] = 52
+    mask[1, :, 6:] = 0
+    last = mask.sum(-1) - 1                                             # [b, k] position of <extract>
+    with torch.no_grad():
+        # HF's OpenAI GPT flattens the choices of input_ids but not of the mask
+        ref = hf(ids, attention_mask=mask.view(-1, 9), mc_token_ids=last).mc_logits
+        got = ours(ids, mask, None, last).logits
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    save_pretrained(ours, tmp_path / "back", hf=True)
+    again = transformers.OpenAIGPTDoubleHeadsModel.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids, attention_mask=mask.view(-1, 9), mc_token_ids=last).mc_logits, ref,
+                                   atol=1e-4, rtol=1e-4)
+    plain = transformers.OpenAIGPTDoubleHeadsModel(transformers.OpenAIGPTConfig(vocab_size=53, n_embd=16, n_layer=1, n_head=2,
+                                                                                n_positions=24))
+    plain.save_pretrained(tmp_path / "plain")
+    with pytest.raises(CheckpointError, match="genfeat_n_special"):
+        from_double_heads(load_checkpoint(tmp_path / "plain")[0])

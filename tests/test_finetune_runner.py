@@ -30,14 +30,15 @@ def _main(argv, capsys):
 @pytest.fixture(scope="module")
 def debug_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ft") / "debug"
-    result = run_recipe("recipes/finetune/debug.yaml", {"steps": 20}, [0], out_dir=out, progress=False)
+    result = run_recipe("recipes/finetune/debug.yaml", {}, [0], out_dir=out, progress=False)
     return out, result
 
 
 @needs_glue
 def test_debug_recipe_reaches_dev_accuracy_and_evaluate_reproduces_it(debug_run, capsys, tmp_path):
     out, result = debug_run
-    assert result["dev_examples"] == 200 and result["steps"] == 20 and 0.0 <= result["dev_accuracy"] <= 1.0
+    # it learns: the majority class scores 0.505 on these 200 sentences, seeds 0-2 reached 0.560 / 0.555 / 0.580
+    assert result["dev_examples"] == 200 and result["steps"] == 150 and result["dev_accuracy"] > 0.53
     assert "dev_accuracy_mean" in result and result["train_examples"] == 512
     preds = tmp_path / "SST-2.tsv"
     code, stdout, _ = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--max-examples", "200",

@@ -2,25 +2,32 @@
 
 Reads ``BertForSequenceClassification`` (classification, or regression with ``num_labels`` 1),
 ``BertForMultipleChoice``, ``BertForQuestionAnswering``, ``XLNetForSequenceClassification`` and
-``XLNetForQuestionAnsweringSimple`` directories; writes the same. The encoders' weights convert as
+``XLNetForQuestionAnsweringSimple`` directories; writes the same, and multiple-choice GPT-1 models as
+``OpenAIGPTDoubleHeadsModel``. The encoders' weights convert as
 genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
 
 - BERT sequence classification / multiple choice: HF's pooler (dense + tanh over [CLS]) is the head's
   ``pooler`` and ``classifier`` its ``out`` (one score per choice for multiple choice);
 - XLNet sequence classification: ``sequence_summary.summary`` (dense + tanh over the last token,
   ``<cls>``; summary_type "last") is the ``pooler`` and ``logits_proj`` the ``out``;
-- question answering: ``qa_outputs`` (start and end scores per token) is the span head's ``out``.
+- question answering: ``qa_outputs`` (start and end scores per token) is the span head's ``out``;
+- GPT-1 double heads: the multiple-choice head (a linear score of each choice's extract state) is a
+  multiple-choice head's ``out``. An ``OpenAIGPTDoubleHeadsModel`` directory still loads as genfeat's GPT-1
+  with its head (genfeat.interop.hf_gpt); :func:`from_double_heads` makes the task model of it (``genfeat
+  evaluate --task`` does), when the directory says which tokens are the special ones (``genfeat_n_special``,
+  as hf_gpt writes it), the last three being start, delimiter and extract.
 
 HF task models have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
 whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
 ``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
 accepts for any task whose head fits). Not converted: answerability heads (SQuAD 2.0; HF's
-XLNetForQuestionAnswering's beam-search head differs), GPT-1's task models, and XLNet sequence summaries
-other than "last" with a tanh projection.
+XLNetForQuestionAnswering's beam-search head differs), GPT-1 heads other than multiple choice, and XLNet
+sequence summaries other than "last" with a tanh projection.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -30,15 +37,17 @@ from safetensors.torch import save_file
 from ..config import to_dict
 from ..errors import CheckpointError
 from ..models.bert import BertForMaskedLM
-from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig
+from ..models.gpt import GPTLMHeadModel
+from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..models.xlnet import XLNetLMHeadModel
-from . import gather_converted, hf_xlnet, load_converted, read_hf_weights, split_converted
+from . import gather_converted, hf_gpt, hf_xlnet, load_converted, read_hf_weights, split_converted
 from .hf_bert import _name_map, hf_config_to_ours, ours_to_hf_config
 
 # HF architecture -> (head weight prefix, head kind or None: classification/regression by num_labels)
 BERT_TASK_HEADS = {"BertForSequenceClassification": ("classifier", None),
                    "BertForMultipleChoice": ("classifier", "multiple_choice"),
                    "BertForQuestionAnswering": ("qa_outputs", "span")}
+GPT_TASK = "OpenAIGPTDoubleHeadsModel"
 XLNET_TASK_HEADS = {"XLNetForSequenceClassification": ("logits_proj", None),
                     "XLNetForQuestionAnsweringSimple": ("qa_outputs", "span")}
 _XLNET_POOLER = "sequence_summary.summary"
@@ -51,7 +60,8 @@ def _head_kind(kind: str | None, n_out: int) -> str:
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
                 max_len: int) -> FineTuneModel:
     head = HeadConfig(kind=kind, n_labels=n_out if kind in ("classification", "regression") else 2,
-                      d_model=backbone.config.d_model, pool=kind != "span", dropout=dropout)
+                      d_model=backbone.config.d_model, pool=kind != "span" and get_adapter(backbone_name).pool,
+                      dropout=dropout)
     return FineTuneModel(FineTuneConfig(task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
                                         backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
                                         doc_stride=max_len // 2), backbone)
@@ -75,8 +85,42 @@ def load_hf_task(path: str | Path) -> FineTuneModel:
 
 
 def save_hf_task(model: FineTuneModel, path: str | Path) -> None:
-    """Write a BERT or XLNet FineTuneModel as the matching Hugging Face task model."""
-    (save_hf_xlnet_task if model.config.backbone == "xlnet" else save_hf_bert_task)(model, path)
+    """Write a BERT, XLNet or GPT-1 FineTuneModel as the matching Hugging Face task model."""
+    save = {"xlnet": save_hf_xlnet_task, "gpt": save_hf_gpt_task}.get(model.config.backbone, save_hf_bert_task)
+    save(model, path)
+
+
+def from_double_heads(gpt: GPTLMHeadModel, where: str = "the model") -> FineTuneModel:
+    """A multiple-choice FineTuneModel from a GPT-1 with the multiple-choice head (an OpenAIGPTDoubleHeadsModel
+    directory loads as one) whose special tokens are known (``n_special`` >= 3, read from ``genfeat_n_special``;
+    start, delimiter and extract the last three, as genfeat writes them). The multiple-choice head becomes
+    the task head; the LM head stays the tied token table."""
+    if not gpt.config.mc_head or gpt.config.n_special < 3:
+        raise CheckpointError(f"{where} has no multiple-choice head, or does not say which of its tokens are GPT-1's "
+                              f"start, delimiter and extract tokens (genfeat_n_special is {gpt.config.n_special})",
+                              "fine-tune it with genfeat (method: finetune), or set genfeat_n_special in config.json "
+                              "to the number of special tokens at the end of its token table, extract last")
+    backbone = GPTLMHeadModel(dataclasses.replace(gpt.config, mc_head=False))
+    state = gpt.state_dict()
+    head_state = {f"head.out.{p}": state.pop(f"mc_proj.{p}") for p in ("weight", "bias")}
+    backbone.load_state_dict(state)
+    model = _task_model(GPT_TASK, "gpt", backbone, {}, "multiple_choice", 1, gpt.config.mc_dropout,
+                        gpt.config.max_position)
+    load_converted(model, {**model.state_dict(), **head_state}, [], "GPT-1 task model")
+    return model.eval()
+
+
+def save_hf_gpt_task(model: FineTuneModel, path: str | Path) -> None:
+    """Write a multiple-choice GPT-1 FineTuneModel as an OpenAIGPTDoubleHeadsModel directory."""
+    cfg = model.config
+    if cfg.head.kind != "multiple_choice":
+        raise CheckpointError(f"a fine-tuned GPT-1 with a {cfg.head.kind} head has no Hugging Face format in genfeat "
+                              "(OpenAIGPTDoubleHeadsModel scores choices)", "save a genfeat checkpoint")
+    gpt = GPTLMHeadModel(dataclasses.replace(model.backbone.config, mc_head=True, mc_dropout=cfg.head.dropout))
+    head = model.head.state_dict()
+    gpt.load_state_dict({**model.backbone.state_dict(), "mc_proj.weight": head["out.weight"],
+                         "mc_proj.bias": head["out.bias"]})
+    hf_gpt.save_hf_gpt(gpt, path)
 
 
 def load_hf_xlnet_task(path: str | Path) -> FineTuneModel:

@@ -480,8 +480,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if cfg.keep_best and train_cfg.early_stop_metric is None:
         train_cfg = replace(train_cfg, early_stop_metric=f"dev_{main}", early_stop_mode="max", keep_best=True)
     new_params = sum(p.numel() for p in model.head.parameters())
-    if model.config.backbone == "gpt":
-        new_params += model.backbone.special_emb.weight[-3:].numel()
+    if model.adapter.causal and getattr(model.backbone, "special_emb", None) is not None:
+        new_params += model.backbone.special_emb.weight[-3:].numel()     # GPT-1's start, delimiter, extract
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, joint(terms, steps, cfg.optim, name="finetune"), train_cfg, evaluate=evaluate,
                       out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
@@ -523,13 +523,15 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
 
     t0 = time.time()
     target = resolve_device(device, "--device")
-    try:
-        model, vocab = load_checkpoint(checkpoint, architecture="finetune")
-    except CheckpointError as e:
-        if "not finetune" in e.cause:
-            raise CheckpointError(f"{e.cause} (no task head)", "fine-tune it first (method: finetune, init: "
-                                  f"{checkpoint}) and evaluate the fine-tuned OUT/final") from None
-        raise
+    model, vocab = load_checkpoint(checkpoint)
+    if getattr(model.config, "mc_head", False):
+        from ..interop.hf_finetune import from_double_heads
+
+        model = from_double_heads(model, f"checkpoint '{checkpoint}'")
+    if not isinstance(model, FineTuneModel):
+        raise CheckpointError(f"checkpoint '{checkpoint}' holds a {architecture_of(model)} model without a task head",
+                              f"fine-tune it first (method: finetune, init: {checkpoint}) and evaluate the fine-tuned "
+                              "OUT/final")
     spec = get_task(task)
     check_head(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))
