@@ -23,6 +23,7 @@ from torch import nn
 from ..framework.objective import LossOutput, Objective
 from ..models.heads import HeadKind
 from .classification import ClassificationObjective
+from .span_qa import span_nll
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "summary_index", "context_mask", "memory_ids")
 """Batch keys a FineTuneModel takes; the rest are targets."""
@@ -65,8 +66,7 @@ class TaskObjective(Objective):
             err = (out.logits.float() - batch["labels"].float()).pow(2)
             return LossOutput(err.sum(), err.numel(), {"squared_error": float(err.detach().sum())})
         start, end = batch["start_positions"], batch["end_positions"]
-        loss = (F.cross_entropy(out.start_logits, start, reduction="sum")
-                + F.cross_entropy(out.end_logits, end, reduction="sum")) / 2
+        loss = span_nll(out.start_logits, out.end_logits, start, end).sum()
         if out.answer_logits is not None:
             has_answer = (start != batch["summary_index"][:, 0]).float()
             loss = loss + F.binary_cross_entropy_with_logits(out.answer_logits, has_answer, reduction="sum")
