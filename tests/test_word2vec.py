@@ -22,40 +22,47 @@ def _random_model(arch, v=12, d=6, seed=0):
     return model
 
 
-def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0):
+def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0, row_cap=0.0):
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, v, n)
     sentence = np.repeat(np.arange(n // 10 + 1), 10)[:n]
     counts = np.bincount(ids, minlength=v)
-    return WindowSampler(ids, sentence, counts, window, negatives, batch, sample, seed=seed, architecture=arch), ids, \
-        sentence, counts
+    sampler = WindowSampler(ids, sentence, counts, window, negatives, batch, sample, seed=seed, architecture=arch,
+                            row_cap=row_cap)
+    return sampler, ids, sentence, counts
 
 
-@pytest.mark.parametrize("arch", ["skipgram", "cbow"])
-def test_gradients_match_word2vec_updates(arch):
+@pytest.mark.parametrize("arch, row_cap", [("skipgram", 0.0), ("cbow", 0.0), ("skipgram", 20.0), ("cbow", 5.0)])
+def test_gradients_match_word2vec_updates(arch, row_cap):
     """Autograd of the objective equals word2vec.c's hand-written update: for each score s = u_w^T h with
     label l (1 target, 0 noise) and pair count c, g = c (σ(s) − l); u_w gets g h and h gets Σ_w g u_w
-    (CBOW: every window vector the whole of it)."""
+    (CBOW: every window vector the whole of it); with the row cap each of these scaled by its slot's factor."""
     model = _random_model(arch)
-    batch = next(_sampler(arch)[0])
+    batch = next(_sampler(arch, row_cap=row_cap)[0])
+    ones = lambda x: torch.ones(x.shape)  # noqa: E731
+    in_scale = batch.get("input_grad_scale", ones(batch["inputs"])).numpy()
+    out_scale = batch.get("target_grad_scale", ones(batch["targets"])).numpy()
+    assert (in_scale < 1).any() == (out_scale < 1).any() == (row_cap > 0)
     out = NegativeSamplingObjective()(model, batch)
     out.loss_sum.backward()
     win, wout = model.input.weight.detach().numpy(), model.output.weight.detach().numpy()
     grad_in, grad_out = np.zeros_like(win), np.zeros_like(wout)
     loss = 0.0
     for r in range(len(batch["targets"])):
-        slots = batch["inputs"][r][batch["input_mask"][r]].numpy()
+        mask = batch["input_mask"][r].numpy()
+        slots = batch["inputs"][r].numpy()[mask]
         h = win[slots].mean(0) if len(slots) else np.zeros(win.shape[1])
         grad_h = np.zeros_like(h)
-        for w, sign, c in zip(batch["targets"][r].numpy(), batch["sign"][r].numpy(), batch["weight"][r].numpy()):
+        for t, (w, sign, c) in enumerate(zip(batch["targets"][r].numpy(), batch["sign"][r].numpy(),
+                                             batch["weight"][r].numpy())):
             s = float(wout[w] @ h)
             label = 1.0 if sign > 0 else 0.0
             loss += c * -np.log(1 / (1 + np.exp(-sign * s)))
             g = c * (1 / (1 + np.exp(-s)) - label)
-            grad_out[w] += g * h
+            grad_out[w] += out_scale[r, t] * g * h
             grad_h += g * wout[w]
-        for i in slots:
-            grad_in[i] += grad_h
+        for i, scale in zip(slots, in_scale[r][mask]):
+            grad_in[i] += scale * grad_h
     assert float(out.loss_sum.detach()) == pytest.approx(loss, rel=1e-5)
     np.testing.assert_allclose(model.output.weight.grad.numpy(), grad_out, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(model.input.weight.grad.numpy(), grad_in, rtol=1e-4, atol=1e-6)
@@ -87,6 +94,27 @@ def test_skipgram_rows_are_the_pairs_of_each_window():
         assert (negs != center).all()
         assert (batch["weight"][r, 2 * m:].numpy() == mask.sum()).all()
         assert (batch["sign"][r, :2 * m] == 1).all() and (batch["sign"][r, 2 * m:] == -1).all()
+
+
+def test_row_cap_counts_each_rows_pair_terms():
+    """target scale = min(1, C / Σ weights of the row's target slots); input scale = min(1, C / Σ over the
+    row's input slots of their row's total weight), brute force."""
+    cap = 30.0
+    for arch in ("skipgram", "cbow"):
+        batch = {k: v.numpy() for k, v in next(_sampler(arch, batch=40, row_cap=cap)[0]).items()}
+        out_load, in_load = {}, {}
+        for r in range(40):
+            for w, c in zip(batch["targets"][r], batch["weight"][r]):
+                out_load[w] = out_load.get(w, 0.0) + c
+            for w, m in zip(batch["inputs"][r], batch["input_mask"][r]):
+                if m:
+                    in_load[w] = in_load.get(w, 0.0) + batch["weight"][r].sum()
+        for r in range(40):
+            for w, f in zip(batch["targets"][r], batch["target_grad_scale"][r]):
+                assert f == pytest.approx(min(1.0, cap / out_load[w]) if out_load[w] > 0 else 1.0, rel=1e-6)
+            for w, m, f in zip(batch["inputs"][r], batch["input_mask"][r], batch["input_grad_scale"][r]):
+                if m:
+                    assert f == pytest.approx(min(1.0, cap / in_load[w]), rel=1e-6)
 
 
 def test_dynamic_window_span_is_uniform():

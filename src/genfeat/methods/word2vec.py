@@ -35,7 +35,7 @@ class Word2VecRecipe(Config):
     """word2vec training and evaluation. Defaults: gensim 4's (skip-gram, d = 100, m = 5, K = 5,
     min_count 5, sample 1e-3, α 0.025 → 0.0001, 5 epochs)."""
 
-    corpus: list[str] = field(default_factory=lambda: ["ptb:train", "wikitext2:train"])
+    corpus: list[str] = field(default_factory=lambda: ["ptb:train"])
     """Text read as sentences (genfeat.data.documents): ``ptb:SPLIT``, ``wikitext2:SPLIT``, ``imdb:train``,
     a text file or a folder; several are concatenated."""
     max_documents: int = 0
@@ -61,8 +61,11 @@ class Word2VecRecipe(Config):
     """Frequent-word subsampling threshold s (0: off)."""
     epochs: int = 5
     """Passes over the corpus."""
-    batch_size: int = 4096
+    batch_size: int = 1024
     """Center words per step."""
+    row_cap: float = 128.0
+    """C: within one step a vector gets at most C pair updates' worth of gradient (genfeat.objectives.word2vec,
+    batched SGD; 0: the plain sum, which diverges for large batches)."""
     lr: float = 0.025
     """α, the SGD step on each pair's loss at the start (word2vec.c's alpha)."""
     min_lr: float = 0.0001
@@ -87,8 +90,8 @@ class Word2VecRecipe(Config):
                 raise ConfigError(f"{name} is {getattr(self, name)}", f"set {name} >= 1")
         if not self.corpus:
             raise ConfigError("corpus is empty", "name at least one corpus, e.g. [ptb:train]")
-        if self.sample < 0 or self.max_documents < 0 or self.save_every < 0:
-            raise ConfigError("sample, max_documents and save_every must be >= 0", "set them to 0 or more")
+        if self.sample < 0 or self.max_documents < 0 or self.save_every < 0 or self.row_cap < 0:
+            raise ConfigError("sample, max_documents, save_every and row_cap must be >= 0", "set them to 0 or more")
         if not 0 < self.min_lr <= self.lr:
             raise ConfigError(f"lr {self.lr} / min_lr {self.min_lr}", "use 0 < min_lr <= lr")
 
@@ -164,7 +167,7 @@ def encode_sentences(sentences: list[list[str]], words: list[str]) -> tuple[np.n
 
 def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
                  out_dir: Path | None = None, progress: bool = False, checkpoint_config: dict | None = None,
-                 save_extra=None, resume_from: Path | None = None):
+                 save_extra=None, resume_from: Path | None = None, steps: int = 0):
     """Train word vectors on an encoded corpus with the one training loop.
 
     Also the skip-gram of Planetoid's GraphEmb baseline (random walks as sentences).
@@ -175,6 +178,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
             batch_size, lr, min_lr, threads, save_every).
         seed: seed of the initialisation, subsampling, windows and negatives.
         out_dir, progress, checkpoint_config, save_extra, resume_from: as :class:`Trainer`'s.
+        steps: train this many steps of ``cfg.batch_size`` center words (default 0: ``cfg.epochs`` epochs' worth).
     Returns:
         (model, TrainResult, steps).
     """
@@ -184,8 +188,8 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     torch.manual_seed(seed)
     model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
     sampler = WindowSampler(ids, sentence, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
-                            cfg.ns_exponent, seed)
-    steps = max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
+                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap)
+    steps = steps or max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
     # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
     optim = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size, decay="linear", min_lr_ratio=cfg.min_lr / cfg.lr)
     phase = Phase("train", steps, [Stage([Term(NegativeSamplingObjective(), sampler)])], {"main": OptimSpec(optim)})

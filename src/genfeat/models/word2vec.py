@@ -61,6 +61,14 @@ class Word2VecOutput:
     scores: Tensor
 
 
+def _scale_grad(x: Tensor, scale: Tensor | None) -> Tensor:
+    """``x`` (b, k, d) whose gradient is multiplied by ``scale`` (b, k) on the way back; the value is unchanged."""
+    if scale is None:
+        return x
+    s = scale.unsqueeze(-1).to(x.dtype)
+    return x * s + (x * (1 - s)).detach()
+
+
 class Word2Vec(nn.Module):
     """Input and output word vectors (module docstring).
 
@@ -79,7 +87,8 @@ class Word2Vec(nn.Module):
         nn.init.uniform_(self.input.weight, -0.5 / d, 0.5 / d)
         nn.init.zeros_(self.output.weight)
 
-    def forward(self, inputs: Tensor, input_mask: Tensor, targets: Tensor) -> Word2VecOutput:
+    def forward(self, inputs: Tensor, input_mask: Tensor, targets: Tensor, input_grad_scale: Tensor | None = None,
+                target_grad_scale: Tensor | None = None) -> Word2VecOutput:
         """Scores of the targets against the (mean) input vector of each row.
 
         Args:
@@ -87,10 +96,12 @@ class Word2Vec(nn.Module):
                 window, CBOW); any id where ``input_mask`` is false.
             input_mask: (b, n) bool, true where the slot holds a word.
             targets: (b, T) ids scored against h.
+            input_grad_scale, target_grad_scale: optional (b, n) / (b, T) factors on the gradient reaching
+                each looked-up vector; the scores are unchanged (the sampler's per-batch row cap).
         Returns:
             :class:`Word2VecOutput` with scores (b, T).
         """
-        v = self.input(inputs)  # (b, n, d)
+        v = _scale_grad(self.input(inputs), input_grad_scale)  # (b, n, d)
         if v.shape[1] == 1:
             h = v[:, 0]
         else:
@@ -98,7 +109,7 @@ class Word2Vec(nn.Module):
             total = (v * m).sum(1)  # (b, d)
             # the value of the mean with the gradient of the sum, word2vec.c's CBOW update
             h = total + (total / m.sum(1).clamp_min(1.0) - total).detach()
-        u = self.output(targets)  # (b, T, d)
+        u = _scale_grad(self.output(targets), target_grad_scale)  # (b, T, d)
         return Word2VecOutput((u * h.unsqueeze(1)).sum(-1))
 
     @property

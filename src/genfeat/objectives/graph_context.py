@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import DataError
 from ..framework.objective import LossOutput, Objective
+from .word2vec import negative_sampling_loss
 
 
 def window_pairs(walk_length: int, window: int, self_pairs: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -198,8 +198,8 @@ class ContextSampler:
 class GraphContextObjective(Objective):
     """Context loss over sampled pairs (i, c, γ).
 
-    ``negative_sampling`` (Eq. 3.12): −Σ log σ(γ · w_c^T e_i) over all pairs; the model supplies
-    ``context_score(i, c) -> (b,)``.
+    ``negative_sampling`` (Eq. 3.12): −Σ log σ(γ · w_c^T e_i) over all pairs, word2vec's negative-sampling
+    terms (genfeat.objectives.word2vec.negative_sampling_loss); the model supplies ``context_score(i, c) -> (b,)``.
     ``softmax`` (the released code's default, ``neg_samp = 0``): −Σ log p(c | i) over the positive
     pairs, p(c | i) = softmax_c(w_c^T e_i + b_c) over all n nodes, so no negatives are needed; the
     model supplies ``context_logits(i) -> (b, n)``.
@@ -225,5 +225,5 @@ class GraphContextObjective(Objective):
             logp = model.context_logits(nodes).log_softmax(-1)
             return LossOutput(-logp[row, batch["c"][pos]].sum(), int(pos.sum()))
         score = model.context_score(batch["i"], batch["c"])
-        loss_sum = -F.logsigmoid(batch["gamma"] * score).sum()
+        loss_sum = negative_sampling_loss(score, batch["gamma"]).sum()
         return LossOutput(loss_sum, int(batch["i"].numel()))

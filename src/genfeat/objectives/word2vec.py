@@ -28,6 +28,14 @@ the same h = v_{w_t}, so the pairs' negative terms are equal and the window's lo
 2m + K scores per center word instead of 2m·(K + 1). word2vec.c draws K negatives for every pair, so
 the negatives of a window here are correlated across its pairs, but each pair's loss has the same
 expectation. A negative equal to the center word is drawn again, as word2vec.c skips it.
+
+**Batched SGD** (:class:`WindowSampler` ``row_cap``): word2vec.c updates a vector after every pair, so the
+hundreds of updates a frequent word gets within a stretch of text each see its new value. A batch
+applies them all at once, at the old value; summed, they overshoot and training diverges (a 4,096-word
+batch of PTB does with α = 0.025). So within one batch the gradient reaching a row is scaled by
+min(1, C / n_w), n_w the number of pair terms the row takes part in (as a target, counted with its
+weight; as an input, the weights of its rows' targets), C = ``row_cap``: a rare word's update is
+word2vec.c's sum, a frequent word's at most C pairs' worth per batch.
 """
 
 from __future__ import annotations
@@ -101,18 +109,19 @@ class WindowSampler:
         ns_exponent: exponent of the noise distribution (default 0.75).
         seed: seed of the subsampling, windows and negatives (default 0).
         architecture: ``skipgram`` or ``cbow``: what the rows hold (default ``skipgram``).
+        row_cap: C of the per-batch row cap (module docstring; default 0: no cap, the plain sum).
     Yields:
         dict ``inputs`` (b, n) int64 and ``input_mask`` (b, n) bool, the words that make h (skip-gram:
         n = 1, the center word; CBOW: n = 2m, the window); ``targets`` (b, T) int64 scored against h
         (skip-gram: the 2m window slots then the K negatives; CBOW: the center word then the negatives);
         ``sign`` (b, T) float32, +1 for a true target and −1 for a noise word; ``weight`` (b, T) float32,
         how many pairs each score's loss counts for (0 for an empty slot; skip-gram negatives: the
-        window's size).
+        window's size); with ``row_cap``, ``input_grad_scale`` (b, n) and ``target_grad_scale`` (b, T) float32.
     """
 
     def __init__(self, ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, window: int, negatives: int,
                  batch_size: int = 4096, sample: float = 1e-3, ns_exponent: float = 0.75, seed: int = 0,
-                 architecture: str = "skipgram"):
+                 architecture: str = "skipgram", row_cap: float = 0.0):
         if len(ids) == 0:
             raise DataError("the corpus holds no word of the vocabulary", "train on a corpus with text in it")
         if window < 1:
@@ -128,6 +137,8 @@ class WindowSampler:
             raise ValueError(f"architecture must be skipgram or cbow, got {architecture!r}")
         self.window, self.negatives, self.batch_size, self.seed = window, negatives, batch_size, seed
         self.cbow = architecture == "cbow"
+        self.row_cap = row_cap
+        self.vocab_size = len(counts)
         self.epoch, self.offset = 0, 0
         self._cached: tuple[int, np.ndarray, np.ndarray] | None = None
 
@@ -185,7 +196,19 @@ class WindowSampler:
             if self.offset >= length:
                 self.epoch, self.offset = self.epoch + 1, 0
         names = ("inputs", "input_mask", "targets", "sign", "weight")
-        return {k: torch.from_numpy(np.concatenate(a)) for k, a in zip(names, zip(*parts))}
+        batch = {k: np.concatenate(a) for k, a in zip(names, zip(*parts))}
+        if self.row_cap > 0:
+            batch.update(self._grad_scales(batch))
+        return {k: torch.from_numpy(v) for k, v in batch.items()}
+
+    def _grad_scales(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """min(1, C / n_w) for every looked-up row (module docstring, batched SGD)."""
+        targets, weight, inputs = batch["targets"], batch["weight"], batch["inputs"]
+        out_load = np.bincount(targets.ravel(), weight.ravel(), self.vocab_size)
+        row_load = np.broadcast_to(weight.sum(1, keepdims=True), inputs.shape) * batch["input_mask"]
+        in_load = np.bincount(inputs.ravel(), row_load.ravel(), self.vocab_size)
+        scale = lambda load, ids: np.minimum(1.0, self.row_cap / np.maximum(load[ids], 1e-9)).astype(np.float32)
+        return {"input_grad_scale": scale(in_load, inputs), "target_grad_scale": scale(out_load, targets)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "offset": self.offset}
@@ -211,7 +234,8 @@ class NegativeSamplingObjective(Objective):
     name = "sgns"
 
     def __call__(self, model: nn.Module, batch: dict[str, Tensor]) -> LossOutput:
-        scores = model(batch["inputs"], batch["input_mask"], batch["targets"]).scores  # (b, T)
+        scores = model(batch["inputs"], batch["input_mask"], batch["targets"], batch.get("input_grad_scale"),
+                       batch.get("target_grad_scale")).scores  # (b, T)
         weight = batch["weight"]
         loss_sum = (negative_sampling_loss(scores, batch["sign"]) * weight).sum()
         pairs = float(weight[batch["sign"] > 0].sum())

@@ -1,0 +1,107 @@
+"""genfeat's word2vec against gensim 4's, same corpus, vocabulary and settings, in one process run.
+
+Usage: GENFEAT_DATA=../shared/data python benchmarks/word2vec_vs_gensim.py [--corpus ptb:train wikitext2:valid wikitext2:test]
+    [--architecture skipgram] [--epochs 5] [--dim 100] [--window 5] [--negatives 5] [--min-count 5]
+    [--sample 1e-3] [--threads 2] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
+
+Both sides read the same sentences (genfeat.methods.word2vec.read_sentences) and build their vocabulary with
+the same min_count; both train with ``--threads`` threads (torch intra-op threads / gensim workers), the same
+window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs. Both models are scored by
+genfeat.eval.word_vectors (equal to gensim's own evaluate_word_pairs / evaluate_word_analogies, see
+tests/test_word2vec.py): WordSim-353 Spearman and questions-words 3CosAdd accuracy (restricted to the first
+300,000 words, gensim's default). Training words/s = epochs × corpus words in the vocabulary (before
+subsampling) / training seconds, the same numerator for both; genfeat's training seconds are those of
+``fit_word2vec`` (model, sampler and optimizer set-up included; torch.optim's one-time import of
+torch._dynamo is paid before timing), gensim's those of ``Word2Vec.train`` (its vocabulary built before).
+Nearest-neighbour lists of ``--words`` are printed for both.
+The last stdout line is JSON with speedup (genfeat words/s ÷ gensim's), spearman_genfeat, spearman_gensim,
+analogy_genfeat, analogy_gensim and the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+from genfeat.eval.word_vectors import evaluate_vectors, gensim_test_file
+from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec, read_sentences
+from genfeat.models.word2vec import nearest_neighbours
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--corpus", nargs="+", default=["ptb:train", "wikitext2:valid", "wikitext2:test"])
+    ap.add_argument("--architecture", choices=["skipgram", "cbow"], default="skipgram")
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--negatives", type=int, default=5)
+    ap.add_argument("--min-count", type=int, default=5)
+    ap.add_argument("--sample", type=float, default=1e-3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--row-cap", type=float, default=128.0)
+    ap.add_argument("--lr", type=float, default=0.025)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--words", nargs="*", default=["bank", "fire", "money", "company", "music", "war"])
+    args = ap.parse_args()
+    from gensim.models import Word2Vec as GensimWord2Vec
+
+    cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, dim=args.dim, window=args.window,
+                         negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
+                         batch_size=args.batch_size, row_cap=args.row_cap, lr=args.lr, threads=args.threads)
+    sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
+    t0 = time.perf_counter()
+    sentences = read_sentences(cfg)
+    words, counts = build_vocab(sentences, cfg.min_count)
+    ids, sent = encode_sentences(sentences, words)
+    print(f"corpus {args.corpus}: {len(sentences):,} sentences, {len(ids):,} words in a vocabulary of {len(words):,} "
+          f"(read in {time.perf_counter() - t0:.1f} s)", flush=True)
+
+    torch.set_num_threads(args.threads)
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))])  # the first optimizer imports torch._dynamo: seconds
+    t0 = time.perf_counter()
+    model, _, steps = fit_word2vec(ids, sent, counts, cfg, args.seed, progress=False)
+    ours_s = time.perf_counter() - t0
+    ours = evaluate_vectors(model.vectors, words, sim_file, ana_file)
+
+    gm = GensimWord2Vec(vector_size=args.dim, window=args.window, min_count=args.min_count, sample=args.sample,
+                        negative=args.negatives, hs=0, sg=int(args.architecture == "skipgram"), workers=args.threads,
+                        alpha=args.lr, min_alpha=0.0001, seed=args.seed, epochs=args.epochs)
+    gm.build_vocab(sentences)
+    t0 = time.perf_counter()
+    gm.train(sentences, total_examples=len(sentences), epochs=args.epochs)
+    theirs_s = time.perf_counter() - t0
+    g_words = list(gm.wv.index_to_key)
+    g_vec = torch.from_numpy(np.ascontiguousarray(gm.wv.vectors))
+    theirs = evaluate_vectors(g_vec, g_words, sim_file, ana_file)
+
+    words_total = args.epochs * len(ids)
+    ours_wps, theirs_wps = words_total / ours_s, words_total / theirs_s
+    for name, vec, vocab in (("genfeat", model.vectors, words), ("gensim", g_vec, g_words)):
+        for w in args.words:
+            if w in vocab:
+                near = ", ".join(f"{n} {c:.2f}" for n, c in nearest_neighbours(vec, vocab, w, 8))
+                print(f"{name:>8} {w}: {near}")
+    for name, figs, secs, wps in (("genfeat", ours, ours_s, ours_wps), ("gensim", theirs, theirs_s, theirs_wps)):
+        print(f"{name:>8}: {secs:7.1f} s  {wps:9,.0f} words/s  spearman {figs['spearman']:.4f} "
+              f"({figs['similarity_pairs']} pairs)  analogy {figs['analogy']:.4f} ({figs['analogy_questions']} questions)")
+    print(json.dumps({
+        "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture,
+        "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
+        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "batch_size": args.batch_size, "row_cap": args.row_cap,
+        "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
+        "steps_genfeat": steps, "seconds_genfeat": round(ours_s, 2), "seconds_gensim": round(theirs_s, 2),
+        "words_per_s_genfeat": round(ours_wps), "words_per_s_gensim": round(theirs_wps),
+        "speedup": round(ours_wps / theirs_wps, 3),
+        "spearman_genfeat": round(ours["spearman"], 4), "spearman_gensim": round(theirs["spearman"], 4),
+        "analogy_genfeat": round(ours["analogy"], 4), "analogy_gensim": round(theirs["analogy"], 4),
+        "similarity_pairs": ours["similarity_pairs"], "analogy_questions": ours["analogy_questions"]}))
+
+
+if __name__ == "__main__":
+    main()
