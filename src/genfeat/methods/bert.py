@@ -97,15 +97,6 @@ def text_path(spec: str) -> Path:
     return Path(spec)
 
 
-def _token_ids(path: Path, vocab) -> list[int]:
-    from ..data.tokenizers import corpus_lines
-
-    ids: list[int] = []
-    for line in corpus_lines(path):
-        ids.extend(vocab.encode(line))
-    return ids
-
-
 class SeededExamples:
     """A :class:`~genfeat.framework.stream.TensorStream` over examples with an ``index`` entry whose
     batches carry ``seed`` (fixed by the stream's seed, the epoch and the example) in its place, so
