@@ -1,6 +1,6 @@
 """Draw GPT-1's zero-shot accuracy over pretraining steps (seed paper Fig. 2 right) as a PNG.
 
-    .venv/bin/python scripts/plot_zero_shot.py transformer=runs/pretrain lstm=runs/pretrain_lstm \
+    .venv/bin/python scripts/plot_zero_shot.py transformer=runs/gpt_pretrain lstm=runs/pretrain_lstm \
         --out runs/zero_shot_sst2.png
 
 Each NAME=RUN_DIR is a ``method: gpt`` run with ``zero_shot.task`` set; its metrics.jsonl holds the
