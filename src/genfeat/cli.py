@@ -341,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", default="dev", help="--task: the split to score (default dev)")
     e.add_argument("--predictions", default=None,
                    help="--task: write one prediction per example here (GLUE submission TSV; SQuAD JSON)")
-    e.add_argument("--max-examples", type=int, default=0, help="--task: score only the first N examples (0: all)")
+    e.add_argument("--max-examples", type=int, default=0,
+                   help="--task: score a seeded subset of N examples, as the runner's data.max_eval_examples (0: all)")
     e.add_argument("--clamp-len", type=int, default=None,
                    help="relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
     e.add_argument("--batch-size", type=int, default=None,

@@ -82,7 +82,8 @@ class FineTuneDataConfig(Config):
     max_train_examples: int = 0
     """Train on a seeded random subset of this many examples (the same for every run seed; 0: all)."""
     max_eval_examples: int = 0
-    """Score only the first this many dev/test examples (0: all)."""
+    """Score a seeded random subset of this many dev/test examples, the same for every run and for
+    ``genfeat evaluate --max-examples`` (0: all; IMDB's and RACE's files are sorted by label or level)."""
     batch_size: int = 32
     """Examples per step."""
     eval_batch_size: int = 64
@@ -431,6 +432,7 @@ def encoder_for(model: FineTuneModel, vocab, max_query_len: int = 64) -> TaskEnc
 
 
 def _subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
+    """``n`` examples drawn with a fixed seed, in file order (all when ``n`` is 0 or too large)."""
     if not n or n >= len(examples):
         return examples
     return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
@@ -448,7 +450,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     spec = get_task(d.task)
     train_ex = _subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
-    dev_ex = dev_ex[:d.max_eval_examples] if d.max_eval_examples else dev_ex
+    dev_ex = _subset(dev_ex, d.max_eval_examples)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
@@ -497,7 +499,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                                  **evaluate(model)}
     if d.test_split is not None:
         test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
-        test_ex = test_ex[:d.max_eval_examples] if d.max_eval_examples else test_ex
+        test_ex = _subset(test_ex, d.max_eval_examples)
         test_items, test_cut = encode_items(test_ex, spec, encoder, d.max_segments)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
@@ -536,7 +538,10 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
     check_head(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))
     examples = load_task(spec, split, seed=squad_seed)
-    examples = examples[:max_examples] if max_examples else examples
+    if max_examples and predictions_file is not None and spec.reader == "tsv":
+        raise ConfigError("--predictions writes a GLUE submission file, which numbers every example of the split, "
+                          "but --max-examples scores a subset", "drop --max-examples to write predictions")
+    examples = _subset(examples, max_examples)
     encoder = encoder_for(model, vocab)
     items, cut = encode_items(examples, spec, encoder, model.config.max_segments)
     outs = predict(model.to(target), items, encoder.fmt, batch_size)
