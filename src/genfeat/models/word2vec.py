@@ -63,10 +63,10 @@ class Word2VecOutput:
 
 def _scale_grad(x: Tensor, scale: Tensor | None) -> Tensor:
     """``x`` (b, k, d) whose gradient is multiplied by ``scale`` (b, k) on the way back; the value is unchanged."""
-    if scale is None:
-        return x
-    s = scale.unsqueeze(-1).to(x.dtype)
-    return x * s + (x * (1 - s)).detach()
+    if scale is not None and x.requires_grad:
+        s = scale.unsqueeze(-1).to(x.dtype)
+        x.register_hook(lambda grad: grad * s)
+    return x
 
 
 class Word2Vec(nn.Module):
