@@ -196,6 +196,16 @@ def test_related_words_end_up_closer(arch):
     assert all(w.startswith("a") for w in near), near
 
 
+def test_divergence_is_a_clear_error():
+    sentences = _topic_corpus(sentences=200)
+    words, counts = build_vocab(sentences, 1)
+    ids, sent = encode_sentences(sentences, words)
+    cfg = Word2VecRecipe(dim=8, min_count=1, sample=0.0, epochs=3, batch_size=512, lr=1e20, min_lr=1e20, row_cap=0.0,
+                         threads=1)
+    with pytest.raises(ConfigError, match="diverged"):
+        fit_word2vec(ids, sent, counts, cfg, seed=0)
+
+
 def test_vocabulary_and_encoding():
     words, counts = build_vocab([["x", "y", "x"], ["z", "x", "y"]], 2)
     assert words == ["x", "y"] and counts.tolist() == [3, 2]

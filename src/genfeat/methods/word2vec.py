@@ -181,6 +181,8 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
         steps: train this many steps of ``cfg.batch_size`` center words (default 0: ``cfg.epochs`` epochs' worth).
     Returns:
         (model, TrainResult, steps).
+    Raises:
+        ConfigError: the vectors are not finite after training (the settings made SGD diverge).
     """
     from ..models.word2vec import Word2Vec, Word2VecConfig
     from ..objectives.word2vec import NegativeSamplingObjective, WindowSampler
@@ -197,6 +199,10 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
                        log_every=max(1, steps // 20), save_every=cfg.save_every)
     result: TrainResult = Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config,
                                   save_extra=save_extra, resume_from=resume_from).fit()
+    if not torch.isfinite(model.input.weight).all():
+        raise ConfigError(f"word2vec training diverged (non-finite vectors after {result.steps} steps of "
+                          f"{cfg.batch_size} center words at lr {cfg.lr}, row_cap {cfg.row_cap})",
+                          "lower lr or batch_size, or set row_cap (e.g. 128)")
     return model.eval(), result, steps
 
 
