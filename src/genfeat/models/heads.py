@@ -229,7 +229,9 @@ class HeadConfig(Config):
     dropout: float = 0.1
     """Dropout on the summary state before the output layer."""
     answerability: bool = False
-    """Span heads: also score whether the question has an answer (SQuAD 2.0, XLNet's head)."""
+    """Span heads: also score whether the window holds the answer (SQuAD 2.0), after XLNet's answer
+    class head: dense + tanh + linear, here on the summary state alone (XLNet's also reads the state
+    at the predicted start)."""
 
     def __post_init__(self):
         if self.kind == "classification" and self.n_labels < 2:
@@ -284,6 +286,7 @@ class TaskHead(nn.Module):
             self.answer = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
 
     def reset_parameters(self, std: float = 0.02) -> None:
+        """Normal(0, std) weights and zero biases (the backbone's init_std, as BERT/GPT-1 initialise heads)."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, 0.0, std)
@@ -303,7 +306,8 @@ class TaskHead(nn.Module):
             return TaskOutput(start_logits=start.masked_fill(~keep, _NEG), end_logits=end.masked_fill(~keep, _NEG),
                               answer_logits=answer, hidden=hidden)
         if cfg.kind != "multiple_choice":
-            summary = summary.sum(1, keepdim=True)     # similarity: both orders' states added (GPT-1 §3.3)
+            # similarity: both orders' states added (GPT-1 §3.3), before the pooler of pooled heads
+            summary = summary.sum(1, keepdim=True)
         if self.pooler is not None:
             summary = torch.tanh(self.pooler(summary))
         logits = self.out(self.drop(summary))                                          # [b, 1 or k, c]
