@@ -39,7 +39,7 @@ def test_gradients_match_word2vec_updates(arch, row_cap):
     (CBOW: every window vector the whole of it); with the row cap each of these scaled by its slot's factor."""
     model = _random_model(arch)
     batch = next(_sampler(arch, row_cap=row_cap)[0])
-    ones = lambda x: torch.ones(x.shape)  # noqa: E731
+    ones = lambda x: torch.ones(x.shape)
     in_scale = batch.get("input_grad_scale", ones(batch["inputs"])).numpy()
     out_scale = batch.get("target_grad_scale", ones(batch["targets"])).numpy()
     assert (in_scale < 1).any() == (out_scale < 1).any() == (row_cap > 0)
@@ -276,3 +276,22 @@ def test_evaluation_matches_gensim(tmp_path):
     asked = sum(len(s["correct"]) + len(s["incorrect"]) for s in sections if s["section"] == "Total accuracy")
     assert ana["questions"] == asked > 50
     assert ana["accuracy"] == pytest.approx(score, abs=1e-9)
+
+
+def test_graphemb_is_deepwalk_through_this_skipgram():
+    """Planetoid's GraphEmb baseline trains its node vectors with fit_word2vec on random walks: on two
+    10-node cliques joined by one edge, nodes of a clique end up closer than nodes of different cliques."""
+    from types import SimpleNamespace
+
+    from genfeat.methods.graph_baselines import GraphBaselineRecipe, _graphemb_features
+
+    clique = [(i, j) for i in range(10) for j in range(10) if i != j]
+    edges = np.array(clique + [(i + 10, j + 10) for i, j in clique] + [(0, 10), (10, 0)], np.int64)
+    cfg = GraphBaselineRecipe(baseline="graphemb", embed_steps=150, embed_batch=256, embed_size=16, threads=1)
+    vec = _graphemb_features(SimpleNamespace(edges=edges, num_nodes=20), cfg, seed=0)
+    v = vec / vec.norm(dim=1, keepdim=True)
+    cos = v @ v.T
+    side = torch.arange(20) < 10
+    same = (cos[side][:, side].sum() + cos[~side][:, ~side].sum() - 20) / (2 * 90)
+    across = cos[side][:, ~side].mean()
+    assert vec.shape == (20, 16) and same > across + 0.3, (float(same), float(across))
