@@ -13,7 +13,9 @@ tests/test_word2vec.py): WordSim-353 Spearman and questions-words 3CosAdd accura
 subsampling) / training seconds, the same numerator for both; genfeat's training seconds are those of
 ``fit_word2vec`` (model, sampler and optimizer set-up included; torch.optim's one-time import of
 torch._dynamo is paid before timing), gensim's those of ``Word2Vec.train`` (its vocabulary built before).
-Nearest-neighbour lists of ``--words`` are printed for both.
+Nearest-neighbour lists of ``--words`` are printed for both, and a genfeat step is timed part by part
+(``step_ms_sample`` / ``_forward`` / ``_backward`` / ``_optimizer``, beside ``step_ms_genfeat``, the whole
+step in the training loop).
 The last stdout line is JSON with speedup (genfeat words/s ÷ gensim's), spearman_genfeat, spearman_gensim,
 analogy_genfeat, analogy_gensim and the settings.
 """
@@ -21,6 +23,7 @@ analogy_genfeat, analogy_gensim and the settings.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 
@@ -30,6 +33,36 @@ import torch
 from genfeat.eval.word_vectors import evaluate_vectors, gensim_test_file
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec, read_sentences
 from genfeat.models.word2vec import nearest_neighbours
+
+
+def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> dict[str, float]:
+    """Milliseconds per step of each part of a genfeat training step (sampling the batch, forward, backward,
+    sparse SGD), timed outside the training loop on the same model, sampler and optimizer, after 5 warm-up steps."""
+    from genfeat.methods.word2vec import SparseSGDConfig
+    from genfeat.models.word2vec import Word2Vec, Word2VecConfig
+    from genfeat.objectives.word2vec import NegativeSamplingObjective, WindowSampler
+
+    model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
+    sampler = WindowSampler(ids, sent, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample, cfg.ns_exponent,
+                            0, cfg.architecture, cfg.row_cap)
+    opt = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size).build(model.parameters())
+    objective = NegativeSamplingObjective()
+    parts = dict.fromkeys(("sample", "forward", "backward", "optimizer"), 0.0)
+    for i in range(steps + 5):
+        t = [time.perf_counter()]
+        batch = next(sampler)
+        t.append(time.perf_counter())
+        opt.zero_grad(set_to_none=True)
+        out = objective(model, batch)
+        t.append(time.perf_counter())
+        (out.loss_sum / out.count).backward()
+        t.append(time.perf_counter())
+        opt.step()
+        t.append(time.perf_counter())
+        if i >= 5:
+            for k, (a, b) in zip(parts, itertools.pairwise(t)):
+                parts[k] += (b - a) * 1000 / steps
+    return {f"step_ms_{k}": round(v, 2) for k, v in parts.items()}
 
 
 def main() -> None:
@@ -48,6 +81,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.025)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--words", nargs="*", default=["bank", "fire", "money", "company", "music", "war"])
+    ap.add_argument("--breakdown-steps", type=int, default=30, help="steps timed part by part (0: skip)")
     args = ap.parse_args()
     from gensim.models import Word2Vec as GensimWord2Vec
 
@@ -80,6 +114,7 @@ def main() -> None:
     g_vec = torch.from_numpy(np.ascontiguousarray(gm.wv.vectors))
     theirs = evaluate_vectors(g_vec, g_words, sim_file, ana_file)
 
+    breakdown = step_breakdown(ids, sent, counts, cfg, args.breakdown_steps) if args.breakdown_steps else {}
     words_total = args.epochs * len(ids)
     ours_wps, theirs_wps = words_total / ours_s, words_total / theirs_s
     for name, vec, vocab in (("genfeat", model.vectors, words), ("gensim", g_vec, g_words)):
@@ -100,7 +135,8 @@ def main() -> None:
         "speedup": round(ours_wps / theirs_wps, 3),
         "spearman_genfeat": round(ours["spearman"], 4), "spearman_gensim": round(theirs["spearman"], 4),
         "analogy_genfeat": round(ours["analogy"], 4), "analogy_gensim": round(theirs["analogy"], 4),
-        "similarity_pairs": ours["similarity_pairs"], "analogy_questions": ours["analogy_questions"]}))
+        "similarity_pairs": ours["similarity_pairs"], "analogy_questions": ours["analogy_questions"],
+        "step_ms_genfeat": round(ours_s * 1000 / steps, 2), **breakdown}))
 
 
 if __name__ == "__main__":
