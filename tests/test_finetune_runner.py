@@ -6,6 +6,7 @@ flags with --task) ends in one error line."""
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     u = 12 - 2                                                    # A <sep> <cls>: 10 tokens of text per segment
     assert len(ids) > 3 * u, "the text must need more segments than max_segments allows"
     items, cut = encode_items([Example("a", (long_text,), 1), Example("b", (short_text,), 0)], spec,
-                              encoder_for(model, vocab), 3)
+                              encoder_for(model, vocab), model.config)
     long_item, short_item = items
     assert long_item.memory == [ids[:u], ids[u:2 * u]] and short_item.memory == []
     tail = long_item.encoded.sequences[0].ids[:-2]
@@ -174,6 +175,15 @@ def test_gpt_auxiliary_lm_is_a_second_weighted_term(tmp_path):
                  "data.task": "mrpc", "data.max_train_examples": 32, "data.max_eval_examples": 16, "data.batch_size": 8,
                  "train": {"log_every": 1, "eval_every": 0, "progress": False}}
     result = run_recipe("recipes/finetune/debug.yaml", overrides, [0], out_dir=tmp_path / "gpt", progress=False)
+    from genfeat.hub import load_checkpoint
+    from genfeat.methods.finetune import encode_items, encoder_for
+    from genfeat.tasks import load_task
+
+    model, vocab = load_checkpoint(tmp_path / "gpt" / "final")
+    pairs = load_task("mrpc", "dev")[:2]
+    both, _ = encode_items(pairs, TASKS["mrpc"], encoder_for(model, vocab), model.config)
+    one, _ = encode_items(pairs, TASKS["mrpc"], encoder_for(model, vocab), replace(model.config, both_orders=False))
+    assert [len(it.encoded.sequences) for it in both] == [2, 2] and [len(it.encoded.sequences) for it in one] == [1, 1]
     assert result["new_params"] == 3 * 32 + 32 * 2 + 2, "only the three special embeddings and the linear head are new"
     logged = [json.loads(line) for line in (tmp_path / "gpt" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in logged if "task" in r]

@@ -17,7 +17,8 @@ genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
   evaluate --task`` does), when the directory says which tokens are the special ones (``genfeat_n_special``,
   as hf_gpt writes it), the last three being start, delimiter and extract.
 
-HF task models have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
+A pair is read in one order (``both_orders`` false), as the HF models were trained. HF task models
+have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
 whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
 ``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
 accepts for any task whose head fits). Not converted: answerability heads (SQuAD 2.0; HF's
@@ -64,7 +65,7 @@ def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str
                       dropout=dropout)
     return FineTuneModel(FineTuneConfig(task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
                                         backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
-                                        doc_stride=max_len // 2), backbone)
+                                        doc_stride=max_len // 2, both_orders=False), backbone)
 
 
 def _label_fields(model: FineTuneModel) -> dict:

@@ -98,6 +98,8 @@ class FineTuneDataConfig(Config):
     """Backbones with memory: read long texts as up to this many segments (module docstring; 1: truncate)."""
     squad_seed: int = 0
     """Seed of the SQuAD article split (squad_split)."""
+    both_orders: bool = True
+    """Similarity tasks (MRPC, STS-B, QQP): both orders with their states added (GPT-1); false: one order."""
 
     def __post_init__(self):
         if min(self.batch_size, self.eval_batch_size, self.max_segments) < 1:
@@ -199,18 +201,20 @@ def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segm
     return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, s * u < cut
 
 
-def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, max_segments: int
+def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, cfg: FineTuneConfig
                  ) -> tuple[list[Item], int]:
-    """The items of ``examples`` (span tasks: one per window) and the number of examples cut short."""
+    """The items of ``examples`` (span tasks: one per window) for a model of ``cfg`` (its max_segments and
+    both_orders), and the number of examples cut short."""
     items, cut = [], set()
-    long_ok = max_segments > 1 and spec.transform in ("single", "multiple_choice")
+    long_ok = cfg.max_segments > 1 and spec.transform in ("single", "multiple_choice")
+    transform = "pair" if spec.transform == "similarity" and not cfg.both_orders else spec.transform
     for i, ex in enumerate(examples):
         memory: list[list[int]] = []
         if long_ok:
-            ex, memory, lost = _split_long(encoder, ex, spec.transform, max_segments)
+            ex, memory, lost = _split_long(encoder, ex, spec.transform, cfg.max_segments)
             if lost:
                 cut.add(i)
-        for enc in encoder.encode(ex, spec.transform, i):
+        for enc in encoder.encode(ex, transform, i):
             if enc.truncated and spec.transform != "span":
                 cut.add(i)
             items.append(Item(enc, memory))
@@ -422,7 +426,8 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
                       answerability=spec.transform == "span" and any(not ex.answers for ex in train_examples))
     d = cfg.data
     ft = FineTuneConfig(task=spec.name, backbone=arch, backbone_config=to_dict(backbone.config), head=head,
-                        max_len=d.max_len, doc_stride=d.doc_stride, max_segments=d.max_segments)
+                        max_len=d.max_len, doc_stride=d.doc_stride, max_segments=d.max_segments,
+                        both_orders=d.both_orders)
     return FineTuneModel(ft, backbone), vocab
 
 
@@ -460,8 +465,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                           "positions", "lower data.max_len")
     encoder = encoder_for(model, vocab, d.max_query_len)
     fmt = encoder.fmt
-    train_items, train_cut = encode_items(train_ex, spec, encoder, d.max_segments)
-    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, d.max_segments)
+    train_items, train_cut = encode_items(train_ex, spec, encoder, model.config)
+    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config)
     _warn_truncated("training", train_cut, len(train_ex), d.max_len)
     if cfg.aux_lm_weight and not model.adapter.causal:
         raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {model.config.backbone} backbone has no "
@@ -500,7 +505,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if d.test_split is not None:
         test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
         test_ex = _subset(test_ex, d.max_eval_examples)
-        test_items, test_cut = encode_items(test_ex, spec, encoder, d.max_segments)
+        test_items, test_cut = encode_items(test_ex, spec, encoder, model.config)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
@@ -543,7 +548,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                           "but --max-examples scores a subset", "drop --max-examples to write predictions")
     examples = _subset(examples, max_examples)
     encoder = encoder_for(model, vocab)
-    items, cut = encode_items(examples, spec, encoder, model.config.max_segments)
+    items, cut = encode_items(examples, spec, encoder, model.config)
     outs = predict(model.to(target), items, encoder.fmt, batch_size)
     preds = predictions(spec, examples, items, outs, encoder.fmt)
     result: dict[str, Any] = dict(scores(spec, examples, preds))

@@ -339,6 +339,9 @@ class FineTuneConfig(Config):
     max_segments: int = 1
     """Backbones with memory: texts longer than max_len are read as up to this many segments, the
     earlier ones as memory (1: truncate, as BERT and GPT always do)."""
+    both_orders: bool = True
+    """Similarity tasks: encode A;B and B;A and add their summary states (GPT-1 Fig. 1); false: A;B only,
+    as BERT's and XLNet's own fine-tuning and the Hugging Face task models read a pair."""
 
     def __post_init__(self):
         if not self.task:
