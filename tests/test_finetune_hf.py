@@ -36,6 +36,13 @@ def _hf(cls, tmp_path, config=None, **extra):
     return hf
 
 
+def _exported(ours, cls, tmp_path, **inputs):
+    """``ours`` exported in Hugging Face format, read back by transformers' ``cls``, run on ``inputs``."""
+    save_pretrained(ours, tmp_path / "back", hf=True)
+    with torch.no_grad():
+        return cls.from_pretrained(tmp_path / "back").eval()(**inputs)
+
+
 @pytest.mark.parametrize("num_labels", [3, 1])
 def test_sequence_classification_parity_both_ways(tmp_path, num_labels):
     hf = _hf(transformers.BertForSequenceClassification, tmp_path, num_labels=num_labels)
@@ -46,11 +53,9 @@ def test_sequence_classification_parity_both_ways(tmp_path, num_labels):
         ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits
         got = ours(ids, mask, types, torch.zeros(2, 1, dtype=torch.long)).logits
     torch.testing.assert_close(got.view(ref.shape), ref, atol=1e-4, rtol=1e-4)
-    save_pretrained(ours, tmp_path / "back", hf=True)
-    again = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "back").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits, ref,
-                                   atol=1e-4, rtol=1e-4)
+    again = _exported(ours, transformers.BertForSequenceClassification, tmp_path, input_ids=ids[:, 0],
+                      attention_mask=mask[:, 0], token_type_ids=types[:, 0])
+    torch.testing.assert_close(again.logits, ref, atol=1e-4, rtol=1e-4)
 
 
 def test_multiple_choice_parity(tmp_path):
@@ -75,11 +80,9 @@ def test_question_answering_parity_both_ways(tmp_path):
         got = ours(ids, mask, types, torch.zeros(2, 1, dtype=torch.long), context)
     torch.testing.assert_close(got.start_logits, ref.start_logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got.end_logits, ref.end_logits, atol=1e-4, rtol=1e-4)
-    save_pretrained(ours, tmp_path / "back", hf=True)
-    again = transformers.BertForQuestionAnswering.from_pretrained(tmp_path / "back").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).start_logits,
-                                   ref.start_logits, atol=1e-4, rtol=1e-4)
+    again = _exported(ours, transformers.BertForQuestionAnswering, tmp_path, input_ids=ids[:, 0],
+                      attention_mask=mask[:, 0], token_type_ids=types[:, 0])
+    torch.testing.assert_close(again.start_logits, ref.start_logits, atol=1e-4, rtol=1e-4)
 
 
 def test_a_pretraining_directory_is_not_a_task_model(tmp_path):
@@ -112,11 +115,9 @@ def test_xlnet_sequence_classification_parity_both_ways(tmp_path):
         ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits
         got = ours(ids, mask, types, last).logits
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
-    save_pretrained(ours, tmp_path / "back", hf=True)
-    again = transformers.XLNetForSequenceClassification.from_pretrained(tmp_path / "back").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits, ref,
-                                   atol=1e-4, rtol=1e-4)
+    again = _exported(ours, transformers.XLNetForSequenceClassification, tmp_path, input_ids=ids[:, 0],
+                      attention_mask=mask[:, 0], token_type_ids=types[:, 0])
+    torch.testing.assert_close(again.logits, ref, atol=1e-4, rtol=1e-4)
 
 
 def test_xlnet_question_answering_simple_parity(tmp_path):
@@ -152,11 +153,9 @@ def test_gpt_double_heads_multiple_choice_parity_both_ways(tmp_path):
         ref = hf(ids, attention_mask=mask.view(-1, 9), mc_token_ids=last).mc_logits
         got = ours(ids, mask, None, last).logits
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
-    save_pretrained(ours, tmp_path / "back", hf=True)
-    again = transformers.OpenAIGPTDoubleHeadsModel.from_pretrained(tmp_path / "back").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids, attention_mask=mask.view(-1, 9), mc_token_ids=last).mc_logits, ref,
-                                   atol=1e-4, rtol=1e-4)
+    again = _exported(ours, transformers.OpenAIGPTDoubleHeadsModel, tmp_path, input_ids=ids,
+                      attention_mask=mask.view(-1, 9), mc_token_ids=last)
+    torch.testing.assert_close(again.mc_logits, ref, atol=1e-4, rtol=1e-4)
     plain = transformers.OpenAIGPTDoubleHeadsModel(transformers.OpenAIGPTConfig(vocab_size=53, n_embd=16, n_layer=1, n_head=2,
                                                                                 n_positions=24))
     plain.save_pretrained(tmp_path / "plain")
