@@ -31,6 +31,7 @@ s earlier segments read with memory, t tokens, d model width, c labels (1 for re
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -107,6 +108,13 @@ def register_adapter(architecture: str):
 
 
 def get_adapter(architecture: str) -> BackboneAdapter:
+    """The adapter of ``architecture``; one registered in the architecture's own module (hub.ARCHITECTURES)
+    is found by importing that module, so a fine-tuned checkpoint loads before anything imported it."""
+    if architecture not in ADAPTERS:
+        from ..hub import ARCHITECTURES
+
+        if architecture in ARCHITECTURES:
+            importlib.import_module(ARCHITECTURES[architecture][0])
     if architecture not in ADAPTERS:
         raise ConfigError(f"no fine-tuning adapter for the {architecture} architecture",
                           f"fine-tune one of {', '.join(sorted(ADAPTERS))}, or register an adapter with "
