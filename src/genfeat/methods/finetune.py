@@ -405,6 +405,10 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
                           out_dir: Path | None, resume: bool = False) -> tuple[FineTuneModel, Any]:
     """The backbone of ``cfg.init`` (or a random one with a tokenizer trained on the task) with a new head."""
     if cfg.init is not None:
+        if not Path(cfg.init).is_dir():
+            raise CheckpointError(f"init '{cfg.init}' does not exist",
+                                  "train the pretraining recipe the fine-tuning recipe names first (its comment gives "
+                                  "the command and --out), or point init at a genfeat or Hugging Face model directory")
         backbone, vocab = load_checkpoint(cfg.init)
         if isinstance(backbone, FineTuneModel):
             backbone = backbone.backbone
