@@ -14,9 +14,10 @@ Recipe: ``method: finetune`` plus the fields of :class:`FineTuneRecipe`:
 - ``optim``, ``train``, ``steps`` or ``epochs``; evaluation on the dev split every ``train.eval_every``
   steps, keeping the parameters of the best ``dev_<main metric>`` (``keep_best``).
 
-Two phases (pretraining then fine-tuning) are two recipes: ``genfeat run recipes/bert/pretrain.yaml``
-writes ``runs/pretrain/final``; a fine-tuning recipe with ``init: runs/pretrain/final`` continues
-from it (recipes/finetune/*_bert.yaml do exactly that).
+Two phases (pretraining then fine-tuning) are two recipes: ``genfeat run recipes/bert/pretrain.yaml --out
+runs/bert_pretrain`` writes ``runs/bert_pretrain/final``, and a fine-tuning recipe with ``init:
+runs/bert_pretrain/final`` continues from it (recipes/finetune/*_bert.yaml; *_xlnet.yaml name
+runs/pretrain_k6/final, the default OUT of recipes/xlnet/pretrain_k6.yaml; *_gpt.yaml runs/gpt_pretrain/final).
 
 Long inputs: BERT and GPT cut a text to max_len (longest segment first, GPT-1/BERT's rule) and the
 result counts the examples cut (``train_truncated``, ``dev_truncated``). XLNet and Transformer-XL with
@@ -35,7 +36,7 @@ when the task's test split is labelled (IMDB, RACE, the SQuAD article split), ex
 truncation counts, ``steps``, ``train_seconds``, ``new_params`` (the head's and special tokens'
 parameters). ``genfeat run RECIPE --seeds 3 --json`` adds ``<key>_mean`` / ``<key>_std``.
 The fine-tuned model is saved to OUT/final (architecture ``finetune``: backbone, head, task name,
-max_len, doc_stride) with its tokenizer; ``genfeat evaluate --checkpoint OUT/final --task NAME``
+max_len, doc_stride, max_segments, both_orders) with its tokenizer; ``genfeat evaluate --checkpoint OUT/final --task NAME``
 scores it again (:func:`evaluate_task`).
 """
 
