@@ -2,11 +2,12 @@
 
 Usage: GENFEAT_DATA=../shared/data python benchmarks/word2vec_vs_gensim.py [--corpus ptb:train wikitext2:valid wikitext2:test]
     [--architecture skipgram] [--epochs 5] [--dim 100] [--window 5] [--negatives 5] [--min-count 5]
-    [--sample 1e-3] [--threads 2] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
+    [--sample 1e-3] [--threads 2] [--genfeat-threads 1] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
 
 Both sides read the same sentences (genfeat.methods.word2vec.read_sentences) and build their vocabulary with
-the same min_count; both train with ``--threads`` threads (torch intra-op threads / gensim workers), the same
-window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs. Both models are scored by
+the same min_count; gensim trains with ``--threads`` worker threads (default 2), genfeat with
+``--genfeat-threads`` torch intra-op threads (default 1: a second one makes its small operations slower,
+docs/BENCHMARKS.md); the same window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs. Both models are scored by
 genfeat.eval.word_vectors (equal to gensim's own evaluate_word_pairs / evaluate_word_analogies, see
 tests/test_word2vec.py): WordSim-353 Spearman and questions-words 3CosAdd accuracy (restricted to the first
 300,000 words, gensim's default). Training words/s = epochs × corpus words in the vocabulary (before
@@ -75,7 +76,9 @@ def main() -> None:
     ap.add_argument("--negatives", type=int, default=5)
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--sample", type=float, default=1e-3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="gensim's worker threads")
+    ap.add_argument("--genfeat-threads", type=int, default=1,
+                    help="torch intra-op threads of genfeat (1 is faster than 2 for word2vec's small operations)")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--row-cap", type=float, default=128.0)
     ap.add_argument("--lr", type=float, default=0.025)
@@ -87,7 +90,7 @@ def main() -> None:
 
     cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, dim=args.dim, window=args.window,
                          negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
-                         batch_size=args.batch_size, row_cap=args.row_cap, lr=args.lr, threads=args.threads)
+                         batch_size=args.batch_size, row_cap=args.row_cap, lr=args.lr, threads=args.genfeat_threads)
     sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
     t0 = time.perf_counter()
     sentences = read_sentences(cfg)
@@ -96,7 +99,7 @@ def main() -> None:
     print(f"corpus {args.corpus}: {len(sentences):,} sentences, {len(ids):,} words in a vocabulary of {len(words):,} "
           f"(read in {time.perf_counter() - t0:.1f} s)", flush=True)
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.genfeat_threads)
     torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))])  # the first optimizer imports torch._dynamo: seconds
     t0 = time.perf_counter()
     model, _, steps = fit_word2vec(ids, sent, counts, cfg, args.seed, progress=False)
@@ -128,7 +131,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture,
         "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
-        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "batch_size": args.batch_size, "row_cap": args.row_cap,
+        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap,
         "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
         "steps_genfeat": steps, "seconds_genfeat": round(ours_s, 2), "seconds_gensim": round(theirs_s, 2),
         "words_per_s_genfeat": round(ours_wps), "words_per_s_gensim": round(theirs_wps),

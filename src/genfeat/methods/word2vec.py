@@ -70,8 +70,10 @@ class Word2VecRecipe(Config):
     """α, the SGD step on each pair's loss at the start (word2vec.c's alpha)."""
     min_lr: float = 0.0001
     """α at the end of training (linear decay)."""
-    threads: int = 2
-    """torch intra-op threads."""
+    threads: int = 1
+    """torch intra-op threads. 1 is the fast setting: word2vec's operations are small, and a second intra-op
+    thread made a step of 1,024 center words 12 times slower on the 2-core VM under load (130 ms against
+    10.6 ms; docs/BENCHMARKS.md)."""
     similarity_file: str = "gensim"
     """Word-similarity file scored after training: ``gensim`` (its wordsim353.tsv; skipped without gensim),
     a path, or empty (none)."""
