@@ -186,10 +186,14 @@ def plot_zero_shot_curves(curves: dict[str, list[tuple[int, float]]], out: str |
     from ..io import atomic_path
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name, points in curves.items():
+    styles = ("-o", "--s", ":^", "-.v")  # curves that coincide stay visible
+    for (name, points), style in zip(curves.items(), styles * len(curves)):
         steps, acc = zip(*points)
-        ax.plot(steps, acc, marker="o", markersize=3, label=name)
+        ax.plot(steps, acc, style, markersize=4, label=name, fillstyle="none")
     ax.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
+    # a fixed scale from below chance: a few examples' difference does not fill the plot
+    top = max(acc for points in curves.values() for _, acc in points)
+    ax.set_ylim(chance - 0.1, max(chance + 0.3, top + 0.05))
     ax.set_xlabel("pretraining steps")
     ax.set_ylabel("zero-shot accuracy")
     ax.legend()
