@@ -49,8 +49,11 @@ def test_debug_recipe(debug_run):
     rows = (out / "vectors.txt").read_text().splitlines()
     assert rows[0] == f"{saved['vocab_size']} 32" and len(rows) == saved["vocab_size"] + 1
     assert rows[1].split()[0] == "the"
-    losses = [json.loads(line)["sgns"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert losses[-1] < losses[0]
+    # the loss per pair (the log's sgns is per center word, sgns/pairs the pairs per center word)
+    logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    per_pair = [r["sgns"] / r["sgns/pairs"] for r in logs]
+    assert per_pair[0] == pytest.approx(4 * np.log(2), abs=0.05)  # u = 0 at the start: 1 + K terms of log 2
+    assert per_pair[-1] < per_pair[0] - 0.3
 
 
 def test_neighbours_command(debug_run, capsys):
