@@ -67,10 +67,12 @@ def test_overrides_parse_yaml_scalars_and_nest():
         parse_overrides(["steps"])
 
 
-def test_summarise_mean_and_sample_std():
-    s = summarise([{"acc": 0.5}, {"acc": 0.7}])
-    assert s["acc_mean"] == pytest.approx(0.6)
-    assert s["acc_std"] == pytest.approx(0.1414213, rel=1e-5)
+def test_summarise_mean_sample_std_and_median():
+    s = summarise([{"acc": 0.5}, {"acc": 0.7}, {"acc": 0.9}, {"acc": 0.55}])
+    assert s["acc_mean"] == pytest.approx(0.6625)
+    assert s["acc_std"] == pytest.approx(0.1796988, rel=1e-5)
+    assert s["acc_median"] == pytest.approx(0.625)
+    assert summarise([{"f1": 0.1}, {"f1": 0.9}, {"f1": 0.2}])["f1_median"] == pytest.approx(0.2)
 
 
 def config_classes() -> list[type]:

@@ -4,7 +4,8 @@ A recipe is a YAML file ``method: NAME`` plus the fields of that method's typed 
 dataclass. ``genfeat run RECIPE [--seeds N] [--field.path value ...]`` loads it, applies the
 overrides, checks every field, and calls the method's registered runner once per seed. The
 runner returns its figures (``{"test_accuracy": ...}``); over seeds they are summarised as
-``<metric>_mean`` and ``<metric>_std``.
+``<metric>_mean``, ``<metric>_std`` and ``<metric>_median`` (the fine-tuning and GDAN tables report
+medians of 3 seeds, as the papers do).
 """
 
 from __future__ import annotations
@@ -65,12 +66,13 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> tu
 
 
 def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
-    """Mean and standard deviation (sample, ddof=1; 0 for one run) of every metric over runs."""
+    """Mean, standard deviation (sample, ddof=1; 0 for one run) and median of every metric over runs."""
     out: dict[str, Any] = {}
     for key in runs[0]:
         values = [float(r[key]) for r in runs if key in r]
         out[f"{key}_mean"] = statistics.fmean(values)
         out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        out[f"{key}_median"] = statistics.median(values)
     return out
 
 
