@@ -164,3 +164,15 @@ def test_recipe_model_sections_are_valid_configs(name):
 
     _, cfg = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "xlnet" / f"{name}.yaml")
     assert from_dict(XLNetConfig, {**cfg.model, "n_token": 100}, "model").n_token == 100
+
+
+def test_without_logits_the_states_and_memory_are_unchanged():
+    m = model(mem_len=4)
+    ids = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(1))
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 2]] * 2)
+    full = m(ids, token_type_ids=types)
+    bare = m(ids, token_type_ids=types, return_logits=False)
+    assert full.logits.shape[:2] == (2, 7) and bare.logits is None and len(bare.mems) == 2
+    torch.testing.assert_close(bare.hidden, full.hidden, rtol=0, atol=0)
+    for a, b in zip(bare.mems, full.mems):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -145,7 +145,8 @@ class XLNetAdapter(BackboneAdapter):
         return input_format("xlnet", vocab)
 
     def hidden(self, backbone, input_ids, attention_mask, token_type_ids, mems=None):
-        out = backbone(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask, mems=mems)
+        out = backbone(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask, mems=mems,
+                       return_logits=False)
         return out.hidden, out.mems
 
 

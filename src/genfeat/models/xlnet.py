@@ -108,9 +108,9 @@ class XLNetConfig(Config):
 
 @dataclass
 class XLNetOutput:
-    logits: Tensor
+    logits: Tensor | None
     """[b, n, V] LM logits at the predicted positions (query stream); without ``target_mapping``,
-    [b, t, V] at every position (content stream)."""
+    [b, t, V] at every position (content stream); None when the forward was asked for no logits."""
     hidden: Tensor
     """[b, n, d] (or [b, t, d]) the last-layer states the logits come from."""
     mems: list[Tensor]
@@ -185,7 +185,7 @@ class XLNetLMHeadModel(nn.Module):
     """XLNet with the LM head tied to the word embeddings (thesis §2.2).
 
     ``model(input_ids, perm_mask=None, target_mapping=None, token_type_ids=None, attention_mask=None,
-    mems=None, masked_positions=None)``
+    mems=None, masked_positions=None, return_logits=True)``
 
     Args:
         input_ids: [b, t] token ids (the sequence in its original order: only the masks encode
@@ -203,6 +203,8 @@ class XLNetLMHeadModel(nn.Module):
             row-major order); so the model is a :class:`~genfeat.objectives.masked_lm.MaskedLMModel`
             ("DAE + Transformer-XL", thesis Table 2.19: pass no ``perm_mask``, every position sees
             every other).
+        return_logits: False skips the LM head (``logits`` is None): fine-tuning reads ``hidden``
+            only, and the head is the costliest layer at a 32k vocabulary.
     Returns:
         :class:`XLNetOutput`.
     """
@@ -268,7 +270,8 @@ class XLNetLMHeadModel(nn.Module):
 
     def forward(self, input_ids: Tensor, perm_mask: Tensor | None = None, target_mapping: Tensor | None = None,
                 token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                mems: list[Tensor] | None = None, masked_positions: Tensor | None = None) -> XLNetOutput:
+                mems: list[Tensor] | None = None, masked_positions: Tensor | None = None,
+                return_logits: bool = True) -> XLNetOutput:
         cfg = self.config
         b, t = input_ids.shape
         check_ids(input_ids, cfg.n_token, "input_ids")
@@ -309,8 +312,10 @@ class XLNetLMHeadModel(nn.Module):
         nsp = None
         if cfg.nsp:  # from the content state of the last position, <cls>
             nsp = self.nsp_head(torch.tanh(self.pooler(self.drop(x[:, t - 1]))))
-        head_in = out[masked_positions] if masked_positions is not None else out                # [n, d]
-        logits = F.linear(head_in, self.word_emb.weight, self.lm_bias)
+        logits = None
+        if return_logits:
+            head_in = out[masked_positions] if masked_positions is not None else out            # [n, d]
+            logits = F.linear(head_in, self.word_emb.weight, self.lm_bias)
         return XLNetOutput(logits=logits, hidden=out, mems=self._update_mems(hids, mems if m else None),
                            nsp_logits=nsp)
 
