@@ -122,3 +122,16 @@ def test_another_architecture_or_mismatched_weights_are_rejected(tmp_path):
         genfeat.from_pretrained(tmp_path / "cls", architecture="xlnet")
     with pytest.raises(CheckpointError, match="without the LM head"):
         load_hf_xlnet(tmp_path / "cls")
+
+
+def test_export_of_a_model_with_a_next_sentence_head_says_it_is_left_out(tmp_path, capsys):
+    from genfeat.models.xlnet import XLNetConfig
+
+    ours = XLNetLMHeadModel(XLNetConfig(n_token=50, d_model=16, n_layer=1, n_head=2, d_head=8, d_inner=32, nsp=True))
+    genfeat.save_pretrained(ours, tmp_path / "hf", hf=True)
+    assert "next-sentence head" in capsys.readouterr().err
+    again = HFXLNetLMHeadModel.from_pretrained(tmp_path / "hf")
+    assert torch.equal(again.transformer.word_embedding.weight, ours.word_emb.weight.detach())
+    genfeat.save_pretrained(XLNetLMHeadModel(XLNetConfig(n_token=50, d_model=16, n_layer=1, n_head=2, d_head=8,
+                                                         d_inner=32)), tmp_path / "plain", hf=True)
+    assert capsys.readouterr().err == ""

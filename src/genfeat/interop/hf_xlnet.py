@@ -14,6 +14,7 @@ genfeat's ``dropatt`` has no HF field (HF uses ``dropout`` for attention probabi
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,11 @@ def save_hf_xlnet(model: XLNetLMHeadModel, path: str | Path) -> None:
     """Write config.json + model.safetensors in the XLNetLMHeadModel format into ``path``.
 
     The tied ``lm_loss.weight`` is left out of the safetensors file (it may not hold one tensor
-    twice); HF re-ties it to the word embeddings on loading."""
+    twice); HF re-ties it to the word embeddings on loading. XLNetLMHeadModel has no next-sentence
+    head: a model trained with one (``nsp``) is written without it, and a note on stderr says so."""
+    if model.config.nsp:
+        print("note: the next-sentence head (nsp) has no place in Hugging Face's XLNetLMHeadModel and is left out "
+              "of the export; the genfeat checkpoint keeps it", file=sys.stderr)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = ours_state_to_hf(model)
