@@ -165,3 +165,21 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
         raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
                               f"predicts {n_token}", f"the {source} belongs to another model; restore the right one")
     return model, vocab
+
+
+def check_resume_vocabulary(vocab, resume_from: Path | None) -> None:
+    """A resumed run must tokenise as the run it continues: its vocabulary must be the vocab.json
+    saved in the checkpoint (same size is not enough: other pieces under the same ids would train
+    on silently wrong inputs).
+
+    Raises:
+        CheckpointError: the vocabularies differ.
+    """
+    from .data.vocab import load_vocab
+
+    if resume_from is None or not (resume_from / VOCAB_FILE).is_file():
+        return
+    if load_vocab(resume_from / VOCAB_FILE).payload() != vocab.payload():
+        raise CheckpointError(f"the tokenizer of this run differs from the one checkpoint '{resume_from}' was "
+                              "trained with", "resume with the run's own tokenizer: drop data.tokenizer (OUT/tokenizer "
+                              "is read back) or pass the tokenizer folder the run was started with")

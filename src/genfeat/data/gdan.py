@@ -44,7 +44,7 @@ import torch
 from ..config import Config
 from ..errors import ConfigError, DataError
 from ..framework.stream import TensorStream
-from ..tasks.loaders import _read_squad, squad_articles
+from ..tasks.loaders import read_squad, squad_articles
 from . import corpora  # noqa: F401  (registers wikitext2)
 from .registry import resolve
 from .vocab import SymbolVocab
@@ -158,7 +158,7 @@ def _questions(path: Path, part: str, seed: int, uid_of: dict[str, str]) -> list
     """The questions of ``part`` of the seeded article split, as word spans (answer 0 is the training target)."""
     out = []
     paragraphs: dict[str, Paragraph] = {}
-    for ex in _read_squad(path, part, seed):
+    for ex in read_squad(path, part, seed):
         question, context = ex.texts
         if context not in paragraphs:
             paragraphs[context] = Paragraph.of(uid_of[context], context)
@@ -244,7 +244,7 @@ def build_vocab(data: GDANData, min_freq: int = 2, max_size: int = 0) -> SymbolV
     return SymbolVocab.build(tokens(), "word", min_freq, max_size, specials=SPECIALS, unk=UNK, add_eos=False)
 
 
-def _pad(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_ids(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids (b, max length) with PAD = 0 and the mask of real positions (b, max length)."""
     n = max(1, max(len(r) for r in rows))
     ids = torch.zeros(len(rows), n, dtype=torch.long)
@@ -256,8 +256,8 @@ def _pad(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 def collate_qa(examples: Sequence[QAExample], vocab: SymbolVocab) -> dict[str, torch.Tensor]:
     """A batch of questions: ``paragraph`` (b, n) and ``question`` (b, m) word ids (right-padded with 0),
     their boolean masks ``paragraph_mask`` / ``question_mask``, and the answer words ``start`` / ``end`` (b,)."""
-    paragraph, paragraph_mask = _pad([[vocab.lookup(t) for t in ex.paragraph.tokens] for ex in examples])
-    question, question_mask = _pad([[vocab.lookup(t) for t in ex.question] or [vocab.unk_id] for ex in examples])
+    paragraph, paragraph_mask = pad_ids([[vocab.lookup(t) for t in ex.paragraph.tokens] for ex in examples])
+    question, question_mask = pad_ids([[vocab.lookup(t) for t in ex.question] or [vocab.unk_id] for ex in examples])
     return {"paragraph": paragraph, "paragraph_mask": paragraph_mask, "question": question,
             "question_mask": question_mask, "start": torch.tensor([ex.start for ex in examples]),
             "end": torch.tensor([ex.end for ex in examples])}

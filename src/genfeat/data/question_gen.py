@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import torch
 
 from .answer_chunks import ChunkConfig, extract_many
-from .gdan import BOS, EOS, Paragraph, QAExample, _pad
+from .gdan import BOS, EOS, Paragraph, QAExample, pad_ids
 from .vocab import SymbolVocab
 
 
@@ -83,13 +83,13 @@ def collate_qg(examples: Sequence[QAExample], vocab: SymbolVocab, max_question_w
         tgt.append(q)
         oovs.append(list(oov))
     eos, bos = vocab.index[EOS], vocab.index[BOS]
-    src_ids, mask = _pad(src)
-    tgt_out, _ = _pad([q + [eos] for q in tgt])
-    tgt_in, _ = _pad([[bos] + q for q in tgt])
+    src_ids, mask = pad_ids(src)
+    tgt_out, _ = pad_ids([q + [eos] for q in tgt])
+    tgt_in, _ = pad_ids([[bos] + q for q in tgt])
     tgt_mask = torch.zeros_like(tgt_out, dtype=torch.bool)
     for i, q in enumerate(tgt):
         tgt_mask[i, :len(q) + 1] = True
-    return QGBatch(src_ids, _pad(answer)[0], mask, _pad(src_ext)[0], tgt_in, tgt_out, tgt_mask,
+    return QGBatch(src_ids, pad_ids(answer)[0], mask, pad_ids(src_ext)[0], tgt_in, tgt_out, tgt_mask,
                    max(1, max(len(o) for o in oovs)), oovs, list(examples))
 
 

@@ -40,7 +40,7 @@ from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_every
 from ..framework.trainer import to_device
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
-from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
+from ..hub import VOCAB_FILE, check_resume_vocabulary, checkpoint_config, save_pretrained
 from ..io import write_json_atomic
 from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..runner import register_method
@@ -150,8 +150,6 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     from ..models.bert import BertConfig, BertForMaskedLM
 
     from ..data.documents import PairLayout, bert_examples, document_tokenizer, encode_documents, read_documents
-
-    from .xlnet import check_resume_vocabulary
 
     data = cfg.data
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None

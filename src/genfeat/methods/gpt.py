@@ -41,11 +41,10 @@ from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.trainer import to_device
-from ..hub import ARCHITECTURES, VOCAB_FILE, checkpoint_config, save_pretrained
+from ..hub import ARCHITECTURES, VOCAB_FILE, check_resume_vocabulary, checkpoint_config, save_pretrained
 from ..io import write_json_atomic
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
-from .xlnet import check_resume_vocabulary
 
 
 @dataclass

@@ -43,10 +43,10 @@ from torch import nn
 
 from ..config import Config, from_dict, to_dict
 from ..data.documents import PretrainingTextConfig
-from ..errors import CheckpointError, ConfigError
+from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
 from ..framework.checkpoint import resume_dir
-from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
+from ..hub import VOCAB_FILE, check_resume_vocabulary, checkpoint_config, save_pretrained
 from ..io import write_json_atomic
 from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..objectives.permutation_lm import PermutationLMConfig, PermutationLMObjective
@@ -164,24 +164,6 @@ def held_out_loss(model: nn.Module, objective, valid, limit: int = 0) -> dict[st
     if isinstance(objective, MaskedLMObjective):
         figures["valid_accuracy"] = correct / max(count, 1.0)
     return figures
-
-
-def check_resume_vocabulary(vocab, resume_from: Path | None) -> None:
-    """A resumed run must tokenise as the run it continues: its vocabulary must be the vocab.json
-    saved in the checkpoint (same size is not enough: other pieces under the same ids would train
-    on silently wrong inputs).
-
-    Raises:
-        CheckpointError: the vocabularies differ.
-    """
-    from ..data.vocab import load_vocab
-
-    if resume_from is None or not (resume_from / VOCAB_FILE).is_file():
-        return
-    if load_vocab(resume_from / VOCAB_FILE).payload() != vocab.payload():
-        raise CheckpointError(f"the tokenizer of this run differs from the one checkpoint '{resume_from}' was "
-                              "trained with", "resume with the run's own tokenizer: drop data.tokenizer (OUT/tokenizer "
-                              "is read back) or pass the tokenizer folder the run was started with")
 
 
 def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[PretrainingText, bool], Any], *, seed: int,

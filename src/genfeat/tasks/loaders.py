@@ -51,7 +51,7 @@ def load_task(task: str | TaskSpec, split: str, download: bool = True, seed: int
         return _read_delimited(spec, split, path)
     if spec.reader == "imdb":
         return _read_imdb(spec, split, path)
-    return _read_squad(path, split if spec.article_split else None, seed)
+    return read_squad(path, split if spec.article_split else None, seed)
 
 
 def _label(spec: TaskSpec, raw: str, where: str) -> int | float:
@@ -193,7 +193,7 @@ def squad_articles(n_articles: int, split: str, seed: int = 0) -> list[int]:
     return sorted(order[lo:hi])
 
 
-def _read_squad(path: Path, article_split: str | None, seed: int) -> list[Example]:
+def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example]:
     """Questions of a SQuAD v1.1/v2.0 file (v2.0's unanswerable ones with no answers); with
     ``article_split`` only the articles of that part of the seeded split."""
     try:
