@@ -13,8 +13,9 @@ graph-context loss of Planetoid / GraphEmb (Eq. 3.12, γ = ±1 per pair) is the 
 
 **Frequent-word subsampling**: each occurrence of w is kept with probability
 p_keep(w) = (sqrt(f(w) / (s·T)) + 1) · s·T / f(w) (capped at 1), f(w) the count of w, T the number of
-corpus words, s the ``sample`` threshold: the formula of word2vec.c and gensim, which for rare words
-approaches the paper's 1 − P_discard = sqrt(s·T / f(w)) (:func:`keep_probability`).
+corpus words, s the ``sample`` threshold: the formula of word2vec.c and gensim, which for frequent words
+(f(w) ≫ s·T) approaches the paper's 1 − P_discard = sqrt(s·T / f(w)) and keeps every word with
+f(w) ≤ (3 + √5)/2 · s·T ≈ 2.62 s·T (:func:`keep_probability`).
 
 **Windows** (:class:`WindowSampler`): every epoch draws which occurrences are kept, then each kept
 word is a center word whose window is the kept words within b positions of it in the same sentence,
