@@ -48,16 +48,15 @@ def main(out: Path) -> None:
 
 def transformer_xl(out: Path, overrides: list[str]) -> int:
     from genfeat import cli
-    from genfeat.methods import transformer_xl as method
 
-    fit = method.Trainer.fit
+    fit = Trainer.fit
 
     def fit_and_save(trainer: Trainer):
         result = fit(trainer)
         save_params(trainer.model, out / f"rank{trainer.dist.rank}.pt")
         return result
 
-    method.Trainer.fit = fit_and_save
+    Trainer.fit = fit_and_save  # the class every method's run builds its trainer from
     return cli.main(["run", str(TXL_RECIPE), "--out", str(out), "--no-progress", *overrides])
 
 

@@ -26,24 +26,23 @@ held-out text under a masking drawn from a fixed seed, so it compares across ste
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..config import Config, from_dict, to_dict
+from ..config import Config, from_dict
 from ..data.documents import PretrainingTextConfig
 from ..errors import ConfigError
-from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.trainer import to_device
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
-from ..hub import VOCAB_FILE, check_resume_vocabulary, checkpoint_config, save_pretrained
-from ..io import write_json_atomic
+from ..hub import check_resume_vocabulary
 from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..runner import register_method
+from .pretraining import train_and_save
 
 EVAL_MASK_SEED = 1234
 """Seed of the masking of the held-out text (the same for every evaluation)."""
@@ -184,23 +183,8 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
                                    generator=torch.Generator(device=dev).manual_seed(EVAL_MASK_SEED))
         return masked_lm_figures(m, scorer, valid, data.batch_size, limit)
 
-    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     examples = SeededExamples(TensorStream({**train, "index": torch.arange(len(train["input_ids"]))}, data.batch_size,
                                            seed=seed), seed)
-    trainer = Trainer(model, one_phase(objective, examples, cfg.steps, cfg.optim),
-                      train_cfg, evaluate=evaluate, out_dir=out_dir,
-                      checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
-                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
-    result = trainer.fit()
-    train_seconds = time.time() - t0
-    if result.interrupted:
-        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
-    model.eval()
-    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
-                                 "params": sum(p.numel() for p in model.parameters()),
-                                 "train_examples": int(train["input_ids"].shape[0]), **evaluate(model, 0)}
-    if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
-    return figures
+    return train_and_save(cfg, model, objective, examples, vocab, seed=seed, out_dir=out_dir, progress=progress,
+                          resume_from=resume_from, evaluate=evaluate, final=lambda m: evaluate(m, 0),
+                          train_examples=int(train["input_ids"].shape[0]))

@@ -22,24 +22,23 @@ character vocabulary, which spells words outside the vocabulary.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..config import Config, from_dict, to_dict
+from ..config import Config, from_dict
 from ..data.chars import CharVocab
 from ..errors import CheckpointError, ConfigError, DataError
-from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
 from ..framework.trainer import to_device
-from ..hub import VOCAB_FILE, checkpoint_config, load_checkpoint, save_pretrained
-from ..io import write_json_atomic
+from ..hub import VOCAB_FILE, load_checkpoint
 from ..objectives.bilm import BiLMObjective
 from ..runner import register_method
+from .pretraining import train_and_save
 
 
 @dataclass
@@ -168,22 +167,8 @@ def run(cfg: ElmoRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     def evaluate(m, limit=data.valid_windows):
         return bilm_figures(m, valid, data.batch_size, limit)
 
-    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     stream = TensorStream({"word_ids": train}, data.batch_size, seed=seed)
-    trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
-                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
-                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
-    result = trainer.fit()
-    train_seconds = time.time() - t0
-    if result.interrupted:
-        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
-    model.eval()
-    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
-                                 "params": sum(p.numel() for p in model.parameters()),
-                                 "train_windows": int(train.shape[0]), **evaluate(model, 0)}
-    if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
-    return figures
+    return train_and_save(cfg, model, objective, stream, vocab, seed=seed, out_dir=out_dir, progress=progress,
+                          resume_from=resume_from, evaluate=evaluate, final=lambda m: evaluate(m, 0),
+                          train_windows=int(train.shape[0]))

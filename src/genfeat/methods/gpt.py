@@ -26,25 +26,24 @@ from __future__ import annotations
 
 import importlib
 import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from ..config import Config, from_dict, to_dict
+from ..config import Config, from_dict
 from ..data.documents import PretrainingTextConfig
 from ..data.lm import LMShuffledStream, iter_lm_segments
 from ..errors import ConfigError
-from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.trainer import to_device
-from ..hub import ARCHITECTURES, VOCAB_FILE, check_resume_vocabulary, checkpoint_config, save_pretrained
-from ..io import write_json_atomic
+from ..hub import ARCHITECTURES, check_resume_vocabulary
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
+from .pretraining import train_and_save
 
 
 @dataclass
@@ -168,22 +167,6 @@ def run(cfg: GPTRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tru
             figures.update(zero_shot(m))
         return figures
 
-    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    trainer = Trainer(model, one_phase(CausalLMObjective(recurrence=False), stream, cfg.steps, cfg.optim), train_cfg,
-                      evaluate=evaluate, out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
-                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
-    result = trainer.fit()
-    train_seconds = time.time() - t0
-    if result.interrupted:
-        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
-    model.eval()
-    with torch.no_grad():
-        final = evaluate(model, valid)
-    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
-                                 "params": sum(p.numel() for p in model.parameters()),
-                                 "train_tokens": int(train.numel()), **final}
-    if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
-    return figures
+    return train_and_save(cfg, model, CausalLMObjective(recurrence=False), stream, vocab, seed=seed, out_dir=out_dir,
+                          progress=progress, resume_from=resume_from, evaluate=evaluate,
+                          final=lambda m: evaluate(m, valid), train_tokens=int(train.numel()))

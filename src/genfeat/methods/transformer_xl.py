@@ -7,21 +7,20 @@ comes from the vocabulary built on the training split.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from ..config import Config, from_dict, to_dict
+from ..config import Config, from_dict
 from ..errors import ConfigError
-from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
-from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
-from ..io import write_json_atomic, write_text_atomic
+from ..io import write_text_atomic
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
+from .pretraining import train_and_save
 
 
 @dataclass
@@ -199,29 +198,16 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
     def evaluate(m):
         return lm_figures("valid", score(m, valid_subset))
 
-    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
     # checked before training starts; a kill between a checkpoint's two renames leaves its backup
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
-                      out_dir=out_dir, checkpoint_config=ckpt_cfg,
-                      save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
-    result = trainer.fit()
-    train_seconds = time.time() - t0
-    if result.interrupted:
-        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
 
-    model.eval()
-    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
-                                 "params": sum(p.numel() for p in model.parameters())}
-    with torch.no_grad():
-        figures.update(lm_figures("valid", score(model, valid)))
+    def final(m):
+        figures = lm_figures("valid", score(m, valid))
         if cfg.data.test_split is not None:
-            figures.update(lm_figures("test", score(model, corpus.splits[cfg.data.test_split])))
-    if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+            figures.update(lm_figures("test", score(m, corpus.splits[cfg.data.test_split])))
+        return figures
+
+    def write_sample(out: Path) -> None:
         if cfg.generate.length > 0:
             from ..generation import generate
 
@@ -229,5 +215,7 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
             g = torch.Generator().manual_seed(seed)
             ids = generate(model, context, cfg.generate.length, top_k=cfg.generate.top_k,
                            temperature=cfg.generate.temperature, generator=g)
-            write_text_atomic(Path(out_dir) / "sample.txt", vocab.decode(ids.flatten().tolist()) + "\n")
-    return figures
+            write_text_atomic(out / "sample.txt", vocab.decode(ids.flatten().tolist()) + "\n")
+
+    return train_and_save(cfg, model, objective, stream, vocab, seed=seed, out_dir=out_dir, progress=progress,
+                          resume_from=resume_from, evaluate=evaluate, final=final, on_saved=write_sample)

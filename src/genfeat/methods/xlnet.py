@@ -33,7 +33,6 @@ of one objective.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -41,16 +40,16 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..config import Config, from_dict, to_dict
+from ..config import Config, from_dict
 from ..data.documents import PretrainingTextConfig
 from ..errors import ConfigError
-from ..framework import OptimConfig, TrainConfig, Trainer, one_phase, seed_everything
+from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
-from ..hub import VOCAB_FILE, check_resume_vocabulary, checkpoint_config, save_pretrained
-from ..io import write_json_atomic
+from ..hub import check_resume_vocabulary
 from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..objectives.permutation_lm import PermutationLMConfig, PermutationLMObjective
 from ..runner import register_method
+from .pretraining import train_and_save
 
 EVAL_SEED = 1234
 """Seed of the held-out pairs, orders, predicted tokens and masks (the same at every evaluation)."""
@@ -182,22 +181,9 @@ def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[Pretrainin
     def evaluate(m, limit=data.valid_batches):
         return held_out_loss(m, make_objective(text, True), text.valid, limit)
 
-    train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    trainer = Trainer(model, one_phase(make_objective(text, False), text.train, cfg.steps, cfg.optim), train_cfg,
-                      evaluate=evaluate, out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
-                      save_extra=lambda d: text.vocab.save(d / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
-    result = trainer.fit()
-    train_seconds = time.time() - t0
-    if result.interrupted:
-        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
-    model.eval()
-    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
-                                 "params": sum(p.numel() for p in model.parameters()), **evaluate(model, 0)}
-    if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", text.vocab)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
-    return figures
+    return train_and_save(cfg, model, make_objective(text, False), text.train, text.vocab, seed=seed,
+                          out_dir=out_dir, progress=progress, resume_from=resume_from, evaluate=evaluate,
+                          final=lambda m: evaluate(m, 0))
 
 
 @register_method("xlnet", XLNetRecipe)
