@@ -45,7 +45,7 @@ def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> d
 
     model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
     sampler = WindowSampler(ids, sent, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample, cfg.ns_exponent,
-                            0, cfg.architecture, cfg.row_cap)
+                            0, cfg.architecture, cfg.row_cap, cfg.shared_negatives)
     opt = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size).build(model.parameters())
     objective = NegativeSamplingObjective()
     parts = dict.fromkeys(("sample", "forward", "backward", "optimizer"), 0.0)
@@ -81,6 +81,7 @@ def main() -> None:
                     help="torch intra-op threads of genfeat (1 is faster than 2 for word2vec's small operations)")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--row-cap", type=float, default=128.0)
+    ap.add_argument("--per-pair-negatives", action="store_true", help="genfeat draws K negatives per pair, not per window")
     ap.add_argument("--lr", type=float, default=0.025)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--words", nargs="*", default=["bank", "fire", "money", "company", "music", "war"])
@@ -90,7 +91,7 @@ def main() -> None:
 
     cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, dim=args.dim, window=args.window,
                          negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
-                         batch_size=args.batch_size, row_cap=args.row_cap, lr=args.lr, threads=args.genfeat_threads)
+                         batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, lr=args.lr, threads=args.genfeat_threads)
     sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
     t0 = time.perf_counter()
     sentences = read_sentences(cfg)
@@ -131,7 +132,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture,
         "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
-        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap,
+        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives,
         "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
         "steps_genfeat": steps, "seconds_genfeat": round(ours_s, 2), "seconds_gensim": round(theirs_s, 2),
         "words_per_s_genfeat": round(ours_wps), "words_per_s_gensim": round(theirs_wps),

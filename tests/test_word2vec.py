@@ -22,23 +22,25 @@ def _random_model(arch, v=12, d=6, seed=0):
     return model
 
 
-def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0, row_cap=0.0):
+def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0, row_cap=0.0,
+             shared=True):
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, v, n)
     sentence = np.repeat(np.arange(n // 10 + 1), 10)[:n]
     counts = np.bincount(ids, minlength=v)
     sampler = WindowSampler(ids, sentence, counts, window, negatives, batch, sample, seed=seed, architecture=arch,
-                            row_cap=row_cap)
+                            row_cap=row_cap, shared_negatives=shared)
     return sampler, ids, sentence, counts
 
 
-@pytest.mark.parametrize("arch, row_cap", [("skipgram", 0.0), ("cbow", 0.0), ("skipgram", 20.0), ("cbow", 5.0)])
-def test_gradients_match_word2vec_updates(arch, row_cap):
+@pytest.mark.parametrize("arch, row_cap, shared", [("skipgram", 0.0, True), ("cbow", 0.0, True), ("skipgram", 20.0, True),
+                                                   ("cbow", 5.0, True), ("skipgram", 20.0, False)])
+def test_gradients_match_word2vec_updates(arch, row_cap, shared):
     """Autograd of the objective equals word2vec.c's hand-written update: for each score s = u_w^T h with
     label l (1 target, 0 noise) and pair count c, g = c (σ(s) − l); u_w gets g h and h gets Σ_w g u_w
     (CBOW: every window vector the whole of it); with the row cap each of these scaled by its slot's factor."""
     model = _random_model(arch)
-    batch = next(_sampler(arch, row_cap=row_cap)[0])
+    batch = next(_sampler(arch, row_cap=row_cap, shared=shared)[0])
     ones = lambda x: torch.ones(x.shape)
     in_scale = batch.get("input_grad_scale", ones(batch["inputs"])).numpy()
     out_scale = batch.get("target_grad_scale", ones(batch["targets"])).numpy()
@@ -115,6 +117,18 @@ def test_row_cap_counts_each_rows_pair_terms():
             for w, m, f in zip(batch["inputs"][r], batch["input_mask"][r], batch["input_grad_scale"][r]):
                 if m:
                     assert f == pytest.approx(min(1.0, cap / in_load[w]), rel=1e-6)
+
+
+def test_per_pair_negatives():
+    """shared_negatives=False: K negatives for every window slot, each counting once where the slot holds a
+    context word, none equal to the center word."""
+    m, k = 3, 4
+    batch = next(_sampler(window=m, negatives=k, batch=50, shared=False)[0])
+    assert batch["targets"].shape == (50, 2 * m + 2 * m * k)
+    mask = batch["weight"][:, :2 * m] > 0
+    assert torch.equal(batch["weight"][:, 2 * m:], mask.repeat_interleave(k, 1).float())
+    assert (batch["sign"][:, 2 * m:] == -1).all()
+    assert (batch["targets"][:, 2 * m:] != batch["inputs"]).all()
 
 
 def test_dynamic_window_span_is_uniform():

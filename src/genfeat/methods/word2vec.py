@@ -63,6 +63,10 @@ class Word2VecRecipe(Config):
     """Passes over the corpus."""
     batch_size: int = 1024
     """Center words per step."""
+    shared_negatives: bool = True
+    """Skip-gram: one set of K negatives per center word, shared by its window's pairs (fast), or K per pair
+    (false, word2vec.c's; about 3 times the time, and 3.76% against 2.04% on the analogies of
+    docs/BENCHMARKS.md's PTB + WikiText-2 run)."""
     row_cap: float = 128.0
     """C: within one step a vector gets at most C pair updates' worth of gradient (genfeat.objectives.word2vec,
     batched SGD; 0: the plain sum, which diverges for large batches)."""
@@ -176,8 +180,8 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
 
     Args:
         ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
-        cfg: the training fields of the recipe (architecture, dim, window, negatives, sample, epochs,
-            batch_size, lr, min_lr, threads, save_every).
+        cfg: the training fields of the recipe (architecture, dim, window, negatives, shared_negatives, sample,
+            epochs, batch_size, row_cap, lr, min_lr, threads, save_every).
         seed: seed of the initialisation, subsampling, windows and negatives.
         out_dir, progress, checkpoint_config, save_extra, resume_from: as :class:`Trainer`'s.
         steps: train this many steps of ``cfg.batch_size`` center words (default 0: ``cfg.epochs`` epochs' worth).
@@ -192,7 +196,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     torch.manual_seed(seed)
     model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
     sampler = WindowSampler(ids, sentence, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
-                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap)
+                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives)
     steps = steps or max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
     # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
     optim = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size, decay="linear", min_lr_ratio=cfg.min_lr / cfg.lr)

@@ -28,7 +28,10 @@ the same h = v_{w_t}, so the pairs' negative terms are equal and the window's lo
 
 2m + K scores per center word instead of 2m·(K + 1). word2vec.c draws K negatives for every pair, so
 the negatives of a window here are correlated across its pairs, but each pair's loss has the same
-expectation. A negative equal to the center word is drawn again, as word2vec.c skips it.
+expectation. ``shared_negatives=False`` draws K for every pair instead, as word2vec.c (skip-gram only;
+CBOW has one pair per window): on PTB + WikiText-2 that scored 3.76% on the analogies against 2.04% shared,
+at about 3 times the time (docs/BENCHMARKS.md). A negative equal to the center word is drawn again, as
+word2vec.c skips it.
 
 **Batched SGD** (:class:`WindowSampler` ``row_cap``): word2vec.c updates a vector after every pair, so the
 hundreds of updates a frequent word gets within a stretch of text each see its new value. A batch
@@ -111,10 +114,13 @@ class WindowSampler:
         seed: seed of the subsampling, windows and negatives (default 0).
         architecture: ``skipgram`` or ``cbow``: what the rows hold (default ``skipgram``).
         row_cap: C of the per-batch row cap (module docstring; default 0: no cap, the plain sum).
+        shared_negatives: skip-gram: K negatives per center word shared by its window's pairs (default
+            True), or K per pair (False, word2vec.c's; about 3 times the work).
     Yields:
         dict ``inputs`` (b, n) int64 and ``input_mask`` (b, n) bool, the words that make h (skip-gram:
         n = 1, the center word; CBOW: n = 2m, the window); ``targets`` (b, T) int64 scored against h
-        (skip-gram: the 2m window slots then the K negatives; CBOW: the center word then the negatives);
+        (skip-gram: the 2m window slots then the K negatives, or 2m·K with K per pair, slot by slot; CBOW:
+        the center word then the negatives);
         ``sign`` (b, T) float32, +1 for a true target and −1 for a noise word; ``weight`` (b, T) float32,
         how many pairs each score's loss counts for (0 for an empty slot; skip-gram negatives: the
         window's size); with ``row_cap``, ``input_grad_scale`` (b, n) and ``target_grad_scale`` (b, T) float32.
@@ -122,7 +128,7 @@ class WindowSampler:
 
     def __init__(self, ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, window: int, negatives: int,
                  batch_size: int = 4096, sample: float = 1e-3, ns_exponent: float = 0.75, seed: int = 0,
-                 architecture: str = "skipgram", row_cap: float = 0.0):
+                 architecture: str = "skipgram", row_cap: float = 0.0, shared_negatives: bool = True):
         if len(ids) == 0:
             raise DataError("the corpus holds no word of the vocabulary", "train on a corpus with text in it")
         if window < 1:
@@ -139,6 +145,7 @@ class WindowSampler:
         self.window, self.negatives, self.batch_size, self.seed = window, negatives, batch_size, seed
         self.cbow = architecture == "cbow"
         self.row_cap = row_cap
+        self.per_pair = not shared_negatives and not self.cbow
         self.vocab_size = len(counts)
         self.epoch, self.offset = 0, 0
         self._cached: tuple[int, np.ndarray, np.ndarray] | None = None
@@ -167,19 +174,21 @@ class WindowSampler:
         mask = inside & (np.abs(self.offsets) <= span[:, None]) & (sent[ctx] == sent[pos][:, None])
         window = np.where(mask, ids[ctx], 0)  # (n, 2m)
         centers = ids[pos]
-        neg = np.searchsorted(self.cdf, rng.random((n, self.negatives)), side="right")
+        draws = self.negatives * (len(self.offsets) if self.per_pair else 1)
+        neg = np.searchsorted(self.cdf, rng.random((n, draws)), side="right")
         clash = neg == centers[:, None]
         while clash.any():
             neg[clash] = np.searchsorted(self.cdf, rng.random(int(clash.sum())), side="right")
             clash = neg == centers[:, None]
         size = mask.sum(1, keepdims=True).astype(np.float32)  # (n, 1) pairs of the window
-        neg_sign = np.full((n, self.negatives), -1.0, np.float32)
+        neg_sign = np.full(neg.shape, -1.0, np.float32)
         if self.cbow:
             sign = np.concatenate([np.ones((n, 1), np.float32), neg_sign], 1)
             weight = np.broadcast_to(np.minimum(size, 1.0), sign.shape)
             return window, mask, np.concatenate([centers[:, None], neg], 1), sign, weight
         sign = np.concatenate([np.ones(mask.shape, np.float32), neg_sign], 1)
-        weight = np.concatenate([mask.astype(np.float32), np.broadcast_to(size, neg.shape)], 1)
+        neg_weight = np.repeat(mask, self.negatives, 1) if self.per_pair else np.broadcast_to(size, neg.shape)
+        weight = np.concatenate([mask, neg_weight], 1).astype(np.float32)
         return centers[:, None], np.ones((n, 1), bool), np.concatenate([window, neg], 1), sign, weight
 
     def __iter__(self):
