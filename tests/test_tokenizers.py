@@ -152,3 +152,10 @@ def test_cli_trains_on_wikitext2_and_encodes_held_out_text(tmp_path, capsys, kin
                  "--vocab-size", "900000", "--out", str(out)]) == 2
     assert "fix: pass --vocab-size" in capsys.readouterr().err
     assert len(load_tokenizer(out)) == 2000  # and the tokenizer written before is untouched
+
+
+def test_word_start_refuses_gpt_bpe(tmp_path):
+    # a BPE piece begins a word when the piece before it ends with </w>: no per-id table can say so
+    vocab = train_tokenizer(TokenizerConfig("bpe", 120), corpus(tmp_path), tmp_path / "tok")
+    with pytest.raises(ConfigError, match="whole-word masking"):
+        word_start(vocab)

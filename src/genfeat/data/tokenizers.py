@@ -334,7 +334,15 @@ def special_ids(vocab: Vocab) -> dict[str, int]:
 
 
 def word_start(vocab: Vocab) -> torch.Tensor:
-    """[V] bool: True for ids that begin a word (WordPiece: not ``##``; sentencepiece: ``▁``; special tokens)."""
+    """[V] bool: True for ids that begin a word (WordPiece: not ``##``; sentencepiece: ``▁``; special tokens).
+
+    GPT-1's BPE marks a word's last piece (``</w>``), so whether a piece begins a word depends on the piece
+    before it, not on its id: such a vocabulary is refused (whole-word masking is BERT's, on WordPiece).
+    """
+    if _kind(vocab) == "bpe":
+        raise ConfigError("whole-word masking needs a WordPiece or sentencepiece tokenizer: GPT-1's BPE marks word "
+                          "ends, so a piece's id does not say whether it begins a word",
+                          "use a wordpiece or sentencepiece tokenizer, or objective.whole_word: false")
     pieces = _pieces(vocab)
     specials = set(special_ids(vocab).values())
     if isinstance(vocab, SentencePieceVocab):
