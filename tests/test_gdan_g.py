@@ -181,7 +181,9 @@ def test_reinforce_baseline_update_and_state():
     rewards = iter([torch.tensor([1.0, 2.0, 3.0]), torch.tensor([5.0, 5.0, 5.0]), torch.tensor([0.0, 0.0, 3.0])])
     obj = QuestionGenReinforce(lambda batch, q: next(rewards), max_len=4, decay=0.75)
     out = obj(model, b)
-    assert float(obj.baseline) == 2.0 and out.logs["advantage"] == 6.0  # first batch: advantage r - 0
+    # first batch: each reward against the mean of the others' (2.5, 2, 1.5), not against 0
+    assert float(obj.baseline) == 2.0 and out.logs["advantage"] == 0.0
+    assert torch.equal(obj.current_baseline(torch.tensor([1.0, 2.0, 3.0])), torch.full((3,), 2.0))
     out = obj(model, b)
     assert math.isclose(out.logs["advantage"], 3 * (5.0 - 2.0))
     assert math.isclose(float(obj.baseline), 0.75 * 2.0 + 0.25 * 5.0)
@@ -193,6 +195,26 @@ def test_reinforce_baseline_update_and_state():
     assert model.training  # sampling in eval mode leaves the mode as it was
     with pytest.raises(ValueError):
         QuestionGenReinforce(lambda batch, q: q, decay=1.0)
+
+
+def test_reinforce_first_batch_uses_the_leave_one_out_baseline():
+    vocab = _vocab()
+    b = _batch(vocab)
+    model = _model(vocab)
+    rewards = torch.tensor([-4.0, -1.0, -7.0])
+    obj = QuestionGenReinforce(lambda batch, q: rewards, max_len=4)
+    assert torch.equal(obj.current_baseline(rewards), torch.tensor([-4.0, -5.5, -2.5]))
+    torch.manual_seed(0)
+    loss = obj(model, b).loss_sum
+    # the same samples rescored by hand: the loss is −Σ (r_i − b_i) log p(q_i), with b_i the others' mean
+    torch.manual_seed(0)
+    q = model.eval().sample(*b.model_inputs(), 4)
+    log_p = (model(*b.model_inputs(), shift_right(q, model.config.bos_id)).target_log_probs(q)
+             * question_mask(q, model.config.eos_id)).sum(1)
+    model.train()
+    assert torch.allclose(loss, -((rewards - torch.tensor([-4.0, -5.5, -2.5])) * log_p).sum(), atol=1e-5)
+    lone = QuestionGenReinforce(lambda batch, q: rewards[:1], max_len=4)
+    assert float(lone(model, collate_qg(b.examples[:1], vocab)).loss_sum.detach()) == 0.0  # nothing to compare with
 
 
 def test_padding_does_not_change_an_example():

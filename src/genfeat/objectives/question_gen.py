@@ -13,7 +13,10 @@
 
   where b is a running average of past rewards (an exponential moving average with ``decay``; taken
   before the current batch, so it does not depend on the current samples and the estimate stays
-  unbiased). D enters as a callable ``reward(batch, questions) -> [b]`` (genfeat.methods.gdan builds
+  unbiased). The first batch has no past rewards: there example i's baseline is the mean reward of the
+  batch's other examples (leave-one-out, still independent of q_i, so still unbiased), rather than 0,
+  which would scale up the raw rewards (log-likelihoods, all negative) in G's first step; the running
+  average then starts at the first batch's mean. D enters as a callable ``reward(batch, questions) -> [b]`` (genfeat.methods.gdan builds
   it from the GA reader), so any D, or a stub in tests, plugs in.
 
 Both return :class:`~genfeat.framework.objective.LossOutput` sums with counts (target tokens for MLE,
@@ -102,9 +105,20 @@ class QuestionGenReinforce(Objective):
         self.reset_state()
 
     def reset_state(self) -> None:
-        """Forget the baseline (no reward seen yet: the first batch's advantage is r − 0)."""
+        """Forget the baseline (no reward seen yet: the next batch uses the leave-one-out baseline)."""
         self.baseline = torch.zeros(())
         self.seen = torch.zeros((), dtype=torch.long)
+
+    def current_baseline(self, rewards: Tensor) -> Tensor:
+        """The baseline each of the batch's rewards [b] is compared with: the running average once a batch
+        has been seen; on the first batch, the mean of the other examples' rewards ([b]; with b = 1 the
+        reward itself, so a lone first example makes no step)."""
+        if int(self.seen) > 0:
+            return self.baseline.to(rewards.device).expand_as(rewards)
+        n = rewards.numel()
+        if n == 1:
+            return rewards.clone()
+        return (rewards.sum() - rewards) / (n - 1)
 
     def update_baseline(self, rewards: Tensor) -> None:
         """b ← mean(r) on the first batch, then b ← β b + (1 − β) mean(r)."""
@@ -126,7 +140,7 @@ class QuestionGenReinforce(Objective):
             log_p = (out.target_log_probs(questions) * mask).sum(1)  # [b] log p_G(q | p, a)
         finally:
             g.train(was_training)
-        advantage = rewards - self.baseline.to(rewards.device)
+        advantage = rewards - self.current_baseline(rewards)
         self.update_baseline(rewards)
         loss_sum = -(advantage * log_p).sum()
         return LossOutput(loss_sum, len(rewards), {"reward": float(rewards.sum()), "advantage": float(advantage.sum()),
