@@ -14,13 +14,11 @@ between ranks.
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torchrun_launch import launch_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("ddp_pretrain_worker.py")
@@ -33,16 +31,7 @@ pytestmark = pytest.mark.skipif(not (DATA / "wikitext-2" / "wiki.valid.tokens").
 
 
 def launch(out: Path, recipe: str, overrides: list[str], nproc: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(WORKER.parent), "OMP_NUM_THREADS": "1", "GENFEAT_DATA": str(DATA)}
-    args = [str(WORKER), str(out), str(ROOT / "recipes" / recipe), *COMMON, *overrides]
-    if nproc > 1:
-        with socket.socket() as sock:  # a free port for the rendezvous
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        args = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-                "--master_port", str(port), *args]
-    run = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    launch_worker(WORKER, [str(out), str(ROOT / "recipes" / recipe), *COMMON, *overrides], nproc, DATA, timeout=300)
 
 
 def compare(tmp_path: Path, key: str) -> None:

@@ -9,13 +9,11 @@ a 1-process run with batch 4: same per-step loss (rank 0 logs the all-reduced su
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torchrun_launch import launch_worker
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 DATA = Path(os.environ.get("GENFEAT_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
@@ -28,17 +26,7 @@ pytestmark = pytest.mark.skipif(not (DATA / "ptb" / "ptb.train.txt").is_file(),
 
 
 def launch(out: Path, overrides: list[str], nproc: int, mode: str = "--transformer-xl") -> None:
-    env = {**os.environ, "PYTHONPATH": str(WORKER.parent), "OMP_NUM_THREADS": "1"}
-    env["GENFEAT_DATA"] = str(DATA)
-    args = [str(WORKER), str(out), mode, *TINY, *overrides]
-    if nproc > 1:
-        with socket.socket() as sock:  # a free port for the rendezvous
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        args = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-                "--master_port", str(port), *args]
-    run = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0, run.stderr[-3000:]
+    launch_worker(WORKER, [str(out), mode, *TINY, *overrides], nproc, DATA, timeout=240)
 
 
 def train_losses(out: Path) -> list[float]:
