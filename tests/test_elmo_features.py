@@ -9,7 +9,8 @@ import torch
 
 from genfeat.data.chars import CharVocab
 from genfeat.hub import load_checkpoint
-from genfeat.models.elmo import ElmoBiLM, ElmoConfig
+from genfeat.methods.finetune import evaluate_task
+from genfeat.models.elmo import ElmoBiLM, ElmoConfig, SpelledWordVocab
 from genfeat.models.heads import FineTuneConfig, FineTuneModel, HeadConfig
 from genfeat.runner import run_recipe
 
@@ -94,3 +95,9 @@ def test_sst2_recipe_fine_tunes_a_pretrained_elmo_and_leaves_the_biLM_frozen(tmp
     for name, p in pre.state_dict().items():
         assert torch.equal(p, tuned.backbone.state_dict()[name]), name
     assert not torch.equal(tuned.backbone.mix.weights, torch.zeros(3))   # the mix did learn
+    # the fine-tuned checkpoint reads SST-2's words (nearly all outside the 10-word vocabulary) by their
+    # characters again, and scores the dev examples as the run did
+    tuned, vocab = load_checkpoint(tmp_path / "sst2" / "final")
+    assert isinstance(vocab, SpelledWordVocab) and vocab.encode("a gorgeous film")[1] >= len(vocab)
+    again = evaluate_task(tmp_path / "sst2" / "final", "sst2", max_examples=32)
+    assert again["accuracy"] == result["dev_accuracy"]

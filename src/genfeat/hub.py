@@ -7,7 +7,9 @@ the ``model_type`` in its config.json and converted by genfeat.interop.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,8 @@ HF_SAVERS: dict[str, tuple[str, str]] = {
 }
 VOCAB_FILE = "vocab.json"
 HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model")  # in the order genfeat.data.tokenizers reads them
+VOCAB_FINGERPRINT = "vocab_sha256"
+"""config.json key of :func:`vocab_fingerprint` in genfeat checkpoints saved with a vocabulary."""
 
 
 def architecture_of(model: nn.Module) -> str:
@@ -62,6 +66,29 @@ def architecture_of(model: nn.Module) -> str:
         if type(model).__name__ == cls and type(model).__module__ == module:
             return name
     raise ValueError(f"{type(model).__name__} is not a registered genfeat architecture")
+
+
+def vocab_fingerprint(vocab: Any) -> str:
+    """sha256 of the ordered vocabulary as vocab.json saves it (what :func:`load_checkpoint` reads back, so
+    a model's own reading vocabulary, e.g. ELMo's, fingerprints as the file it writes): every id's token in
+    id order (content, so another tokenizer of the same size differs). Byte and id vocabularies hold no
+    tokens: their kind and size are hashed."""
+    import tempfile
+
+    from .data.vocab import BPEVocab, SentencePieceVocab, SymbolVocab, load_vocab
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab.save(Path(tmp) / VOCAB_FILE)
+        vocab = load_vocab(Path(tmp) / VOCAB_FILE)
+    if isinstance(vocab, SymbolVocab):
+        tokens = list(vocab.symbols)
+    elif isinstance(vocab, SentencePieceVocab):
+        tokens = [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+    elif isinstance(vocab, BPEVocab):
+        tokens = [vocab.tokenizer.id_to_token(i) for i in range(len(vocab))]
+    else:
+        tokens = [vocab.kind, str(len(vocab))]
+    return hashlib.sha256(json.dumps(tokens, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def checkpoint_config(model: nn.Module, **extra: Any) -> dict[str, Any]:
@@ -137,7 +164,8 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
                 vocab.save(tmp / VOCAB_FILE)
                 save_hf_tokenizer(vocab, tmp)
         return path
-    return save_checkpoint(path, model, None, checkpoint_config(model),
+    fingerprint = {VOCAB_FINGERPRINT: vocab_fingerprint(vocab)} if vocab is not None else {}
+    return save_checkpoint(path, model, None, checkpoint_config(model, **fingerprint),
                            (lambda d: vocab.save(d / VOCAB_FILE)) if vocab is not None else None)
 
 
@@ -146,8 +174,13 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
     vocab.json, else a Hugging Face tokenizer (tokenizer.json, vocab.txt or spiece.model). In a Hugging
     Face directory with a tokenizer file, vocab.json is that tokenizer's (GPT's BPE vocabulary), not genfeat's.
 
+    A genfeat checkpoint whose config.json holds ``vocab_sha256`` (:func:`vocab_fingerprint`, written by
+    :func:`save_pretrained`) must come with that very vocabulary; Hugging Face directories and genfeat
+    checkpoints written before the fingerprint are checked by size only.
+
     A model with fine-tuning special tokens (GPT-1's n_special) may come with the pretrained vocabulary
-    or with one that includes them."""
+    or with one that includes them. A model (or fine-tuned model's backbone) with a ``text_vocabulary(vocab)``
+    method gets the vocabulary it returns (ELMo's spells words outside the saved one)."""
     model = from_pretrained(path, architecture)
     vocab, source = None, VOCAB_FILE
     hf_tokenizer = next((name for name in HF_TOKENIZER_FILES if (Path(path) / name).is_file()), None)
@@ -164,6 +197,17 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
     if vocab is not None and n_token is not None and len(vocab) not in (n_token, n_token + getattr(cfg, "n_special", 0)):
         raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
                               f"predicts {n_token}", f"the {source} belongs to another model; restore the right one")
+    expected = read_config(path).get(VOCAB_FINGERPRINT) if vocab is not None else None
+    if expected is not None and vocab_fingerprint(vocab) != expected:
+        raise CheckpointError(f"the {source} in checkpoint '{path}' is not the tokenizer the model was trained with "
+                              f"(same size, other tokens: its sha256 differs from config.json's {VOCAB_FINGERPRINT})",
+                              f"restore the {source} saved with this checkpoint, or fine-tune from a checkpoint "
+                              "whose tokenizer you have")
+    # a model may read text beyond the vocabulary it predicts (ELMo spells every word): it says how, also as
+    # the backbone of a fine-tuned model
+    text_vocabulary = getattr(getattr(model, "backbone", model), "text_vocabulary", None)
+    if vocab is not None and text_vocabulary is not None:
+        vocab = text_vocabulary(vocab)
     return model, vocab
 
 

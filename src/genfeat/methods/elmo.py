@@ -8,8 +8,9 @@ Data: the training text (a registered corpus split such as ``ptb:train``, or a t
 as words with an ``<eos>`` per line, its word vocabulary built (``data.vocab``), and the token stream
 cut into independent windows of ``seq_len`` tokens (ELMo's 20-token unroll, without carrying the LSTM
 state from one window to the next). The held-out text is encoded with the same vocabulary. Every
-word is spelled from its vocabulary entry, so an out-of-vocabulary word of the text (the vocabulary's
-``<unk>``) is also spelled ``<unk>`` at the input.
+word is spelled from its vocabulary entry, so an out-of-vocabulary word of the pretraining text (the
+vocabulary's ``<unk>``) is also spelled ``<unk>`` at the input: the LM loss predicts vocabulary words.
+Task texts are read differently: every word as it is written (:class:`genfeat.models.elmo.SpelledWordVocab`).
 
 Result: ``valid_loss`` is the sum of the forward and backward LMs' cross-entropies (nats per token
 pair, the quantity Eq. 1 of the paper maximises the negative of); ``valid_forward_loss`` /
@@ -29,13 +30,13 @@ from typing import Any
 import torch
 
 from ..config import Config, from_dict
-from ..data.chars import CharVocab
 from ..errors import CheckpointError, ConfigError, DataError
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
 from ..framework.trainer import to_device
 from ..hub import VOCAB_FILE, load_checkpoint
+from ..models.elmo import ElmoBiLM, ElmoConfig, SpelledWordVocab, char_vocab_for
 from ..objectives.bilm import BiLMObjective
 from ..runner import register_method
 from .pretraining import train_and_save
@@ -99,15 +100,6 @@ def windows(tokens: torch.Tensor, seq_len: int, what: str) -> torch.Tensor:
     return tokens[: n * seq_len].view(n, seq_len)
 
 
-def char_vocab_for(vocab, max_chars: int) -> CharVocab:
-    """The character vocabulary of a word vocabulary (genfeat.data.chars), as the runner and :func:`load_elmo` build it."""
-    symbols = getattr(vocab, "symbols", None)
-    if symbols is None or getattr(vocab, "kind", None) != "word":
-        raise ConfigError(f"ELMo needs a word-level vocabulary, got one of kind {getattr(vocab, 'kind', None)!r}",
-                          "train on a word-level corpus (ptb, wikitext2 or a text file read as words)")
-    return CharVocab.from_words(symbols, max_chars)
-
-
 def bilm_figures(model, examples: torch.Tensor, batch_size: int, limit: int = 0) -> dict[str, float]:
     """Both directions' cross-entropy on ``examples`` [n, t] word ids (the first ``limit``; 0: all), without gradients."""
     n = examples.shape[0] if not limit else min(limit, examples.shape[0])
@@ -127,15 +119,16 @@ def bilm_figures(model, examples: torch.Tensor, batch_size: int, limit: int = 0)
 
 
 def load_elmo(path: str | Path):
-    """An ELMo checkpoint (OUT/final or OUT/last) as ``(biLM, word vocabulary, CharVocab)``; the biLM in eval mode."""
+    """An ELMo checkpoint (OUT/final or OUT/last) as ``(biLM, word vocabulary, CharVocab)``; the biLM in eval mode.
+
+    The word vocabulary is the one saved with it (words outside it are ``<unk>``, as the LM loss reads them);
+    ``hub.load_checkpoint`` gives the :class:`~genfeat.models.elmo.SpelledWordVocab` that spells every word."""
     model, vocab = load_checkpoint(path, architecture="elmo")
     if vocab is None:
         raise CheckpointError(f"ELMo checkpoint '{path}' has no {VOCAB_FILE}", "restore the vocabulary saved with it")
-    chars = char_vocab_for(vocab, model.config.max_chars)
-    if len(chars) != model.config.n_char:
-        raise CheckpointError(f"checkpoint '{path}' spells with {model.config.n_char} characters but its vocabulary "
-                              f"has {len(chars)}", f"the {VOCAB_FILE} belongs to another model; restore the right one")
-    return model, vocab, chars
+    if not isinstance(vocab, SpelledWordVocab):
+        vocab = model.text_vocabulary(vocab)
+    return model, vocab.base, vocab.chars
 
 
 @register_method("elmo", ElmoRecipe)
@@ -143,7 +136,6 @@ def run(cfg: ElmoRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         resume: bool = False) -> dict[str, float]:
     from ..data.corpora import load_corpus, load_split_corpus
     from ..data.vocab import VocabConfig
-    from ..models.elmo import ElmoBiLM, ElmoConfig
 
     data = cfg.data
     vocab_cfg = from_dict(VocabConfig, data.vocab, "data.vocab") if data.vocab else None

@@ -18,6 +18,11 @@ returned as one tensor [L + 1, b, t, 2d]; :class:`ScalarMix` turns them into
 ELMo_k = γ Σ_j s_j h_{k,j} (Eq. 1 of §3.2), which :class:`ElmoAdapter` hands to the fine-tuning task
 heads (frozen biLM by default, or fine-tuned with ``finetune_bilm``).
 
+Words outside the vocabulary: the character CNN gives every word a representation, so a task text is
+read word for word (:class:`SpelledWordVocab`): a word the pretraining vocabulary lacks gets an id from
+V on whose spelling the biLM keeps beside its table (:meth:`ElmoBiLM.add_spellings`), instead of the
+``<unk>`` the word-level vocabulary would give it. Only the LM loss needs ids below V (the softmax rows).
+
 Softmax: a full softmax over the word vocabulary by default, or an adaptive softmax (Grave et al.
 2017) with ``cutoffs`` for a large vocabulary; ELMo itself used a sampled softmax.
 
@@ -36,9 +41,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config
-from ..data.chars import PAD
-from ..data.vocab import EOS
-from ..errors import ConfigError
+from ..data.chars import PAD, CharVocab
+from ..data.vocab import EOS, Vocab
+from ..errors import CheckpointError, ConfigError
 from ..nn.adaptive import AdaptiveLogSoftmax, check_ids
 from .heads import BackboneAdapter, EosFormat, register_adapter
 
@@ -188,7 +193,9 @@ class ElmoBiLM(nn.Module):
             ``word_ids`` (the terms of Eq. 1), which the biLM objective (genfeat.objectives.bilm) sums.
 
     The buffer ``spelling`` [V, c] holds the character row of every word of the vocabulary the
-    model was trained with (:meth:`set_spelling`), so a checkpoint spells word ids by itself.
+    model was trained with (:meth:`set_spelling`), so a checkpoint spells word ids by itself. Ids from V
+    on are words outside that vocabulary, spelled by the rows :meth:`add_spellings` appended (a task
+    text's words, :class:`SpelledWordVocab`); they are read, never predicted.
     """
 
     def __init__(self, cfg: ElmoConfig):
@@ -206,6 +213,10 @@ class ElmoBiLM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.softmax = AdaptiveLogSoftmax(cfg.n_token, cfg.d_proj, cfg.d_proj, list(cfg.cutoffs))
         self.register_buffer("spelling", torch.zeros(cfg.n_token, cfg.max_chars, dtype=torch.long))
+        # [n, c] spellings of ids V .. V + n - 1; a plain tensor, not a buffer: it grows as task texts are
+        # encoded, so it is in no checkpoint (the vocabulary re-reads the words) and DDP never broadcasts it
+        # (every rank encodes the same texts in the same order and gets the same rows)
+        self.extra_spelling = torch.zeros(0, cfg.max_chars, dtype=torch.long)
         self.mix = ScalarMix(cfg.n_layer + 1) if cfg.task_mix else None
 
     def set_spelling(self, table: Tensor) -> None:
@@ -215,10 +226,31 @@ class ElmoBiLM(nn.Module):
                              f"{tuple(self.spelling.shape)} (n_token, max_chars)")
         self.spelling.copy_(table)
 
+    def add_spellings(self, rows: Tensor) -> int:
+        """Append the character rows [k, c] of k words outside the vocabulary; returns the id of the first.
+
+        The rows must come from the model's character vocabulary (``CharVocab.spell``)."""
+        if rows.dim() != 2 or rows.shape[1] != self.config.max_chars:
+            raise ValueError(f"spellings must be [words, {self.config.max_chars}], got {tuple(rows.shape)}")
+        check_ids(rows, self.config.n_char, "character ids")
+        first = self.config.n_token + self.extra_spelling.shape[0]
+        self.extra_spelling = torch.cat([self.extra_spelling, rows.to("cpu", torch.long)])
+        return first
+
     def spell(self, word_ids: Tensor) -> Tensor:
-        """Character rows of word ids. Shapes: [...] -> [..., c]."""
-        check_ids(word_ids, self.config.n_token, "word ids")
-        return self.spelling[word_ids]
+        """Character rows of word ids: the table below V, the appended rows from V on. Shapes: [...] -> [..., c]."""
+        v = self.config.n_token
+        check_ids(word_ids, v + self.extra_spelling.shape[0], "word ids")
+        rows = self.spelling[word_ids.clamp(max=v - 1)]
+        extra = word_ids >= v
+        if extra.any():
+            rows[extra] = self.extra_spelling[(word_ids[extra] - v).cpu()].to(rows.device)
+        return rows
+
+    def text_vocabulary(self, vocab) -> "SpelledWordVocab":
+        """The vocabulary task texts are encoded with (genfeat.hub.load_checkpoint calls it): ``vocab``, the
+        word vocabulary this model was trained with, read word for word (:class:`SpelledWordVocab`)."""
+        return SpelledWordVocab(vocab, self)
 
     def add_task_mix(self) -> ScalarMix:
         """Add the task's scalar mix (even weights, γ = 1) unless the model has one; returns it.
@@ -326,7 +358,8 @@ class ElmoAdapter(BackboneAdapter):
     (:meth:`ElmoBiLM.add_task_mix` adds the mix). With ``finetune_bilm`` false (default) the biLM is
     frozen and only the mix and the head learn; true trains the biLM too. Input: the word-level
     vocabulary's ``A <eos> (B <eos>)`` (:class:`~genfeat.models.heads.EosFormat`), right padding, word ids
-    spelled with the model's table, so a word outside the pretraining vocabulary is read as ``<unk>``.
+    spelled by the model (:meth:`ElmoBiLM.spell`): with the :class:`SpelledWordVocab` the checkpoint loads
+    with, every word of the task reaches the character CNN as it is written, in the pretraining vocabulary or not.
     The summary token (the last ``<eos>``) gets the mean of the sequence's ELMo vectors: a biLM has no
     single state that has read the whole sequence in both directions.
     """
@@ -355,3 +388,68 @@ class ElmoAdapter(BackboneAdapter):
         rows = torch.arange(mixed.shape[0], device=mixed.device)
         last = (out.mask.sum(1) - 1).clamp(min=0)
         return mixed.index_put((rows, last), pooled), None
+
+
+def char_vocab_for(vocab, max_chars: int) -> CharVocab:
+    """The character vocabulary of a word vocabulary (genfeat.data.chars), as pretraining builds it."""
+    symbols = getattr(vocab, "symbols", None)
+    if symbols is None or getattr(vocab, "kind", None) != "word":
+        raise ConfigError(f"ELMo needs a word-level vocabulary, got one of kind {getattr(vocab, 'kind', None)!r}",
+                          "train on a word-level corpus (ptb, wikitext2 or a text file read as words)")
+    return CharVocab.from_words(symbols, max_chars)
+
+
+class SpelledWordVocab(Vocab):
+    """A word vocabulary as ELMo reads task text: every word keeps its own identity, none becomes ``<unk>``.
+
+    A word of the pretraining vocabulary gets its id there (< V); any other word gets the next free id
+    from V on, the first time it is met, and its character row is appended to ``model``'s spellings
+    (:meth:`ElmoBiLM.add_spellings`). A word's features therefore depend only on its characters, never on
+    whether the pretraining corpus happened to contain it. When the pretraining vocabulary has no
+    capital letter (PTB is lowercased) words are lowercased first, so that "The" is read as "the"
+    rather than with an unknown character.
+
+    Ids from V on are assigned in the order words are met, so they differ between runs that encode
+    different texts; nothing is trained per id (the character CNN reads the spelling), so a saved model
+    needs none of them: ``save`` writes the pretraining vocabulary, and loading it encodes the texts anew.
+    ``len`` is V, the words the biLM's softmax predicts.
+
+    Args:
+        vocab: the model's word vocabulary (a ``SymbolVocab`` of kind word, as saved with the checkpoint).
+        model: the :class:`ElmoBiLM` whose spellings it extends.
+    """
+
+    kind = "word"
+
+    def __init__(self, vocab, model: ElmoBiLM):
+        if isinstance(vocab, SpelledWordVocab):
+            vocab = vocab.base
+        self.chars = char_vocab_for(vocab, model.config.max_chars)
+        if len(self.chars) != model.config.n_char or len(vocab) != model.config.n_token:
+            raise CheckpointError(f"the word vocabulary ({len(vocab)} words, {len(self.chars)} characters) is not "
+                                  f"the ELMo model's ({model.config.n_token} words, {model.config.n_char} characters)",
+                                  "use the vocab.json saved with the checkpoint")
+        self.base, self.model = vocab, model
+        self.index = vocab.index
+        self.add_eos = vocab.add_eos
+        self.lowercase = not any(c.isupper() for c in self.chars.chars)
+        self.extra: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def encode(self, text: str) -> list[int]:
+        words = self.base.split(text.lower() if self.lowercase else text)
+        new = list(dict.fromkeys(w for w in words if w not in self.index and w not in self.extra))
+        if new:
+            first = self.model.add_spellings(torch.tensor([self.chars.spell(w) for w in new], dtype=torch.long))
+            self.extra.update({w: first + i for i, w in enumerate(new)})
+        return [self.index[w] if w in self.index else self.extra[w] for w in words]
+
+    def decode(self, ids) -> str:
+        spelled = {i: w for w, i in self.extra.items()}
+        words = " ".join(spelled[i] if i in spelled else self.base.symbols[i] for i in map(int, ids))
+        return words.replace(f" {EOS} ", "\n").replace(EOS, "\n")
+
+    def payload(self) -> dict:
+        return self.base.payload()
