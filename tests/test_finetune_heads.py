@@ -162,7 +162,7 @@ def test_auxiliary_lm_scores_real_next_tokens_only():
         TaskLMObjective()(make("bert"), collate([encoded(FORMATS["bert"], [[A]], 0)], FORMATS["bert"]))
 
 
-def test_span_scores_stay_in_the_context_and_answerability_is_learned_from_the_summary():
+def test_span_scores_stay_in_the_context_and_answerability_reads_cls_and_start_weighted_states():
     model = make("xlnet", "span", 0, answerability=True)
     fmt = fmt_of(model)
     packed = fmt.pack([C, B])                      # context first for XLNet
@@ -177,6 +177,22 @@ def test_span_scores_stay_in_the_context_and_answerability_is_learned_from_the_s
     assert out.answer_logits.shape == (2,)
     loss = TaskObjective("span")(model, batch)
     assert loss.count == 2 and torch.isfinite(loss.loss_sum)
+    # XLNet's answer_class: MLP(tanh) on [sum_i softmax(start)_i h_i ; h_<cls>], computed here by hand
+    torch.manual_seed(1)
+    hidden = torch.randn(2, out.start_logits.shape[1], 16, requires_grad=True)
+    res = model.head(hidden, batch["summary_index"], batch["context_mask"])
+    p = torch.softmax(res.start_logits, -1)
+    cls = hidden[torch.arange(2), batch["summary_index"][:, 0]]
+    dense, _, _, last = model.head.answer
+    ref = last(torch.tanh(dense(torch.cat([(p[..., None] * hidden).sum(1), cls], -1)))).squeeze(-1)
+    torch.testing.assert_close(res.answer_logits, ref)
+    res.answer_logits.sum().backward()
+    # the gradient reaches both inputs: the <cls> half and the start-weighted half of the first layer, and
+    # every allowed position's state (through p), none the start softmax masks (question, separators, padding)
+    grad = model.head.answer[0].weight.grad
+    assert grad[:, :16].abs().sum() > 0 and grad[:, 16:].abs().sum() > 0
+    reach = hidden.grad.abs().sum(-1)
+    assert (reach[allowed] > 0).all() and (reach[~allowed] == 0).all()
 
 
 def test_packed_summary_positions():

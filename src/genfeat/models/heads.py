@@ -12,7 +12,8 @@ besides GPT's special-token embeddings). One design serves every backbone:
   classification, regression (GPT-1 Fig. 1: both orders' states added for similarity) and
   multiple choice (one score per choice, the softmax over the k choices is the loss's), every
   position for span extraction (start and end scores, seed BERT §4.2), plus, for SQuAD 2.0,
-  XLNet's answerability score from the summary state.
+  XLNet's answerability score from the summary state and the start-probability-weighted states
+  (:class:`TaskHead`).
 
 Adapters for bert, xlnet (content stream only: no ``target_mapping``; ``<cls>`` last, padding on the
 left), gpt and lstm_lm (``<start>``/``<delim>``/``<extract>`` as new embeddings via ``add_special_tokens``) and
@@ -238,9 +239,8 @@ class HeadConfig(Config):
     dropout: float = 0.1
     """Dropout on the summary state before the output layer."""
     answerability: bool = False
-    """Span heads: also score whether the window holds the answer (SQuAD 2.0), after XLNet's answer
-    class head: dense + tanh + linear, here on the summary state alone (XLNet's also reads the state
-    at the predicted start)."""
+    """Span heads: also score whether the window holds the answer (SQuAD 2.0) with XLNet's answer class
+    head, which reads the summary state and the start-probability-weighted states (:class:`TaskHead`)."""
 
     def __post_init__(self):
         if self.kind == "classification" and self.n_labels < 2:
@@ -279,6 +279,13 @@ class TaskHead(nn.Module):
 
     ``head(hidden, summary_index, context_mask=None) -> TaskOutput``
 
+    Answerability (SQuAD 2.0) follows XLNet (Yang et al. 2019, §3 and its SQuAD 2.0 set-up; the
+    released code's ``answer_class``): with p = softmax of the start scores over the allowed positions
+    (context and summary token) and h_i the last-layer states, the logit is
+    w_1ᵀ dropout(tanh(W_0 [Σ_i p_i h_i ; h_<cls>] + b_0)), no bias on w_1. No gradient is stopped, so the
+    loss also reaches the start scores through p. Its sign: positive means "the answer is in this window"
+    (XLNet's logit is of "impossible"; objectives/task.py trains this one).
+
     Shapes: hidden [b·k, t, d]; summary_index [b, k]; context_mask [b, t] (span) ->
     see :class:`TaskOutput`.
     """
@@ -292,14 +299,16 @@ class TaskHead(nn.Module):
         out = {"classification": cfg.n_labels, "regression": 1, "multiple_choice": 1, "span": 2}[cfg.kind]
         self.out = nn.Linear(d, out)
         if cfg.answerability:
-            self.answer = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
+            self.answer = nn.Sequential(nn.Linear(2 * d, d), nn.Tanh(), nn.Dropout(cfg.dropout),
+                                        nn.Linear(d, 1, bias=False))
 
     def reset_parameters(self, std: float = 0.02) -> None:
         """Normal(0, std) weights and zero biases (the backbone's init_std, as BERT/GPT-1 initialise heads)."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, 0.0, std)
-                nn.init.zeros_(module.bias)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def forward(self, hidden: Tensor, summary_index: Tensor, context_mask: Tensor | None = None) -> TaskOutput:
         cfg = self.config
@@ -311,8 +320,9 @@ class TaskHead(nn.Module):
             keep[torch.arange(b, device=keep.device), summary_index[:, 0]] = True      # "no answer here"
             if context_mask is not None:
                 keep |= context_mask.bool()
-            answer = self.answer(summary[:, 0]).squeeze(-1).float() if cfg.answerability else None
-            return TaskOutput(start_logits=start.masked_fill(~keep, _NEG), end_logits=end.masked_fill(~keep, _NEG),
+            start = start.masked_fill(~keep, _NEG)
+            answer = self._answerability(hidden, start, summary[:, 0]) if cfg.answerability else None
+            return TaskOutput(start_logits=start, end_logits=end.masked_fill(~keep, _NEG),
                               answer_logits=answer, hidden=hidden)
         if cfg.kind != "multiple_choice":
             # similarity: both orders' states added (GPT-1 §3.3), before the pooler of pooled heads
@@ -327,6 +337,14 @@ class TaskHead(nn.Module):
         else:
             logits = logits.squeeze(1)                                                 # [b, c]
         return TaskOutput(logits=logits, hidden=hidden)
+
+    def _answerability(self, hidden: Tensor, start_logits: Tensor, summary: Tensor) -> Tensor:
+        """XLNet's answer class logit (class docstring).
+
+        Shapes: hidden [b, t, d], start_logits [b, t] (masked, fp32), summary [b, d] -> [b] (fp32)."""
+        p = torch.softmax(start_logits, -1).to(hidden.dtype)                          # 0 where masked
+        start_state = torch.einsum("bt,btd->bd", p, hidden)
+        return self.answer(torch.cat([start_state, summary], -1)).squeeze(-1).float()
 
 
 @dataclass
