@@ -76,6 +76,19 @@ def test_a_head_for_another_task_or_a_foreign_tokenizer_is_one_error_line(debug_
     SymbolVocab(["a", "b", "c"], "word").save(bad / "vocab.json")
     code, _, err = _main(["evaluate", "--checkpoint", str(bad), "--task", "sst2"], capsys)
     assert code == 2 and "tokenizer" in err and len(err.strip().splitlines()) == 1
+    # another tokenizer of the same size: the sha256 of the ordered vocabulary in config.json tells them apart,
+    # for evaluate and as a fine-tuning init
+    from genfeat.errors import CheckpointError
+    from genfeat.hub import VOCAB_FINGERPRINT, load_checkpoint
+
+    _, vocab = load_checkpoint(out / "final")
+    assert len(json.loads((out / "final" / "config.json").read_text())[VOCAB_FINGERPRINT]) == 64
+    SymbolVocab([f"w{i}" for i in range(len(vocab))], "word").save(bad / "vocab.json")
+    code, _, err = _main(["evaluate", "--checkpoint", str(bad), "--task", "sst2"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert VOCAB_FINGERPRINT in err and "fix: restore the vocab.json saved with this checkpoint" in err
+    with pytest.raises(CheckpointError, match="not the tokenizer the model was trained with"):
+        run_recipe("recipes/finetune/sst2_bert.yaml", {"init": str(bad)}, [0], out_dir=tmp_path / "init", progress=False)
 
 
 @pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")

@@ -60,7 +60,8 @@ from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.trainer import to_device
-from ..hub import VOCAB_FILE, architecture_of, build_model, checkpoint_config, load_checkpoint, save_pretrained
+from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
+                   save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
 from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..objectives.task import TaskLMObjective, TaskObjective, model_inputs
@@ -372,7 +373,14 @@ def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
 
 
 def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
-    """Refuse a tokenizer whose size is not the backbone's vocabulary (another model's tokenizer)."""
+    """Refuse a missing tokenizer, or one whose size is not the backbone's vocabulary.
+
+    The tokenizer's content is checked when it is loaded: genfeat writes the sha256 of the ordered
+    vocabulary into every checkpoint it saves with one (``vocab_sha256`` in config.json, by
+    genfeat.hub.save_pretrained and the fine-tuning checkpoints here), and genfeat.hub.load_checkpoint
+    refuses a tokenizer of the same size with other tokens. A Hugging Face directory has no fingerprint,
+    nor has a genfeat checkpoint written before it: there only the size is compared, so another model's
+    tokenizer of the same size passes."""
     cfg = backbone.config
     sizes = {cfg.n_token, cfg.n_token + getattr(cfg, "n_special", 0)}
     if vocab is None:
@@ -496,7 +504,9 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         new_params += model.backbone.special_emb.weight[-3:].numel()     # GPT-1's start, delimiter, extract
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, joint(terms, steps, cfg.optim, name="finetune"), train_cfg, evaluate=evaluate,
-                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
+                      out_dir=out_dir,
+                      checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg),
+                                                          **{VOCAB_FINGERPRINT: vocab_fingerprint(vocab)}),
                       save_extra=lambda p: vocab.save(p / VOCAB_FILE), resume_from=resume_from)
     t0 = time.time()
     result = trainer.fit()
