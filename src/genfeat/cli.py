@@ -417,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "form, or a text file with one paragraph per line); paragraphs without answers get "
                                    "answer chunks extracted (genfeat.data.answer_chunks). Writes one JSON object per "
                                    "question: id, paragraph_id, answer, answer_start, question, log_prob.")
-    q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen)")
+    q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen) "
+                   "or a GDAN run's OUT/last (method gdan, a setting with a generator)")
     q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")
     q.add_argument("--out", required=True, help="the JSONL file to write")
     q.add_argument("--beam", type=int, default=5)

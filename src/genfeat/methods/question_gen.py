@@ -18,6 +18,9 @@ What genfeat.methods.gdan calls (Algorithm 1):
 - :class:`genfeat.objectives.question_gen.QuestionGenReinforce` is the G step's objective on a
   ``CollatedStream`` of those unlabelled examples with :func:`genfeat.data.question_gen.collate_qg`;
   its reward callable reads G's questions through :func:`genfeat.data.question_gen.reader_questions`.
+
+:func:`load_generator` reads G back from either method's checkpoint (``genfeat generate-questions`` and
+scripts/gdan_figures.py use it).
 """
 
 from __future__ import annotations
@@ -32,14 +35,14 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from ..config import Config, to_dict
+from ..config import Config, from_dict, to_dict
 from ..data.answer_chunks import ChunkConfig
 from ..data.gdan import BOS, EOS, PAD, GDANDataConfig, Paragraph, QAExample, CollatedStream, build_vocab, load_gdan_data
 from ..data.question_gen import answer_examples, collate_qg, question_words
-from ..data.vocab import SymbolVocab
-from ..errors import DataError
+from ..data.vocab import SymbolVocab, load_vocab
+from ..errors import CheckpointError, DataError
 from ..framework import OptimConfig, TrainConfig, Trainer
-from ..framework.checkpoint import resume_dir, save_checkpoint
+from ..framework.checkpoint import load_weights, read_config, resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..hub import VOCAB_FILE
 from ..io import atomic_path, write_json_atomic
@@ -268,14 +271,42 @@ def read_paragraphs(path: str | Path, chunks: ChunkConfig, per_paragraph: int = 
     return examples
 
 
+def load_generator(path: str | Path) -> tuple[QuestionGenerator, SymbolVocab]:
+    """G (in evaluation mode) and its vocabulary from a checkpoint directory: a ``question_gen`` checkpoint
+    (``OUT/final`` of this method) or a GDAN run's checkpoint (``OUT/last`` of method ``gdan`` with a generator
+    setting), where G is the ``g`` of the saved (D, G) pair.
+
+    Raises:
+        CheckpointError: the directory is neither, or its weights or vocabulary do not fit.
+    """
+    from ..hub import load_checkpoint
+    from ..models.ga_reader import GAReader, GAReaderConfig
+    from .gdan import GENERATOR_SETTINGS
+
+    config = read_config(path)
+    if config.get("architecture") != "gdan":
+        return load_checkpoint(path, ARCHITECTURE)
+    recipe = config.get("recipe", {})
+    if recipe.get("setting") not in GENERATOR_SETTINGS:
+        raise CheckpointError(f"GDAN checkpoint '{path}' is of setting {recipe.get('setting')!r}, which has no "
+                              "question generator", f"pass the checkpoint of a run with setting in {GENERATOR_SETTINGS}")
+    if not (Path(path) / VOCAB_FILE).is_file():
+        raise CheckpointError(f"GDAN checkpoint '{path}' has no {VOCAB_FILE}", "pass OUT/last of a gdan run")
+    vocab = load_vocab(Path(path) / VOCAB_FILE)
+    pair = torch.nn.ModuleDict({"d": GAReader(from_dict(GAReaderConfig, config.get("reader"), "reader")),
+                                "g": new_generator(from_dict(QuestionGenConfig, recipe.get("generator"), "generator"),
+                                                   vocab)})
+    load_weights(path, pair)
+    return pair.g.eval(), vocab
+
+
 def generate_questions(checkpoint: str | Path, paragraphs: str | Path, out: str | Path, *, beam: int = 5,
                        max_len: int = 30, chunks: ChunkConfig | None = None, per_paragraph: int = 0,
                        seed: int = 0) -> dict[str, Any]:
-    """``genfeat generate-questions``: beam-search questions of the G of ``checkpoint`` for the answers of
-    ``paragraphs`` (:func:`read_paragraphs`), written to ``out`` as JSONL (:func:`question_records`)."""
-    from ..hub import load_checkpoint
-
-    model, vocab = load_checkpoint(checkpoint, ARCHITECTURE)
+    """``genfeat generate-questions``: beam-search questions of the G of ``checkpoint`` (:func:`load_generator`)
+    for the answers of ``paragraphs`` (:func:`read_paragraphs`), written to ``out`` as JSONL
+    (:func:`question_records`)."""
+    model, vocab = load_generator(checkpoint)
     examples = read_paragraphs(paragraphs, chunks or ChunkConfig(), per_paragraph, seed)
     t0 = time.time()
     records = question_records(generated_examples(model, examples, vocab, "beam", max_len, beam))
