@@ -1,13 +1,14 @@
 """genfeat's word2vec against gensim 4's, same corpus, vocabulary and settings, in one process run.
 
 Usage: GENFEAT_DATA=../shared/data python benchmarks/word2vec_vs_gensim.py [--corpus ptb:train wikitext2:valid wikitext2:test]
-    [--architecture skipgram] [--epochs 5] [--dim 100] [--window 5] [--negatives 5] [--min-count 5]
+    [--architecture skipgram] [--loss negative] [--epochs 5] [--dim 100] [--window 5] [--negatives 5] [--min-count 5]
     [--sample 1e-3] [--threads 2] [--genfeat-threads 1] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
 
 Both sides read the same sentences (genfeat.methods.word2vec.read_sentences) and build their vocabulary with
 the same min_count; gensim trains with ``--threads`` worker threads (default 2), genfeat with
 ``--genfeat-threads`` torch intra-op threads (default 1: a second one makes its small operations slower,
-docs/BENCHMARKS.md); the same window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs. Both models are scored by
+docs/BENCHMARKS.md); the same window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs;
+``--loss hierarchical`` trains both with the hierarchical softmax (gensim ``hs=1, negative=0``). Both models are scored by
 genfeat.eval.word_vectors (equal to gensim's own evaluate_word_pairs / evaluate_word_analogies, see
 tests/test_word2vec.py): WordSim-353 Spearman and questions-words 3CosAdd accuracy (restricted to the first
 300,000 words, gensim's default). Training words/s = epochs × corpus words in the vocabulary (before
@@ -18,7 +19,7 @@ Nearest-neighbour lists of ``--words`` are printed for both, and a genfeat step 
 (``step_ms_sample`` / ``_forward`` / ``_backward`` / ``_optimizer``, beside ``step_ms_genfeat``, the whole
 step in the training loop).
 The last stdout line is JSON with speedup (genfeat words/s ÷ gensim's), spearman_genfeat, spearman_gensim,
-analogy_genfeat, analogy_gensim and the settings.
+analogy_genfeat, analogy_gensim, the settings and the machine's 1-minute load average at the start and the end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import time
 
 import numpy as np
@@ -39,15 +41,15 @@ from genfeat.models.word2vec import nearest_neighbours
 def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> dict[str, float]:
     """Milliseconds per step of each part of a genfeat training step (sampling the batch, forward, backward,
     sparse SGD), timed outside the training loop on the same model, sampler and optimizer, after 5 warm-up steps."""
-    from genfeat.methods.word2vec import SparseSGDConfig
-    from genfeat.models.word2vec import Word2Vec, Word2VecConfig
-    from genfeat.objectives.word2vec import NegativeSamplingObjective, WindowSampler
+    from genfeat.methods.word2vec import SparseSGDConfig, model_config
+    from genfeat.models.word2vec import Word2Vec
+    from genfeat.objectives.word2vec import WindowSampler, Word2VecObjective
 
-    model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
+    model = Word2Vec(model_config(len(counts), cfg))
     sampler = WindowSampler(ids, sent, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample, cfg.ns_exponent,
-                            0, cfg.architecture, cfg.row_cap, cfg.shared_negatives)
+                            0, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss)
     opt = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size).build(model.parameters())
-    objective = NegativeSamplingObjective()
+    objective = Word2VecObjective()
     parts = dict.fromkeys(("sample", "forward", "backward", "optimizer"), 0.0)
     for i in range(steps + 5):
         t = [time.perf_counter()]
@@ -70,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", nargs="+", default=["ptb:train", "wikitext2:valid", "wikitext2:test"])
     ap.add_argument("--architecture", choices=["skipgram", "cbow"], default="skipgram")
+    ap.add_argument("--loss", choices=["negative", "hierarchical"], default="negative",
+                    help="negative sampling, or the hierarchical softmax (gensim hs=1, negative=0) on both sides")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--window", type=int, default=5)
@@ -89,10 +93,11 @@ def main() -> None:
     args = ap.parse_args()
     from gensim.models import Word2Vec as GensimWord2Vec
 
-    cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, dim=args.dim, window=args.window,
+    cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, loss=args.loss, dim=args.dim, window=args.window,
                          negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
                          batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, lr=args.lr, threads=args.genfeat_threads)
     sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
+    load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
     sentences = read_sentences(cfg)
     words, counts = build_vocab(sentences, cfg.min_count)
@@ -108,7 +113,8 @@ def main() -> None:
     ours = evaluate_vectors(model.vectors, words, sim_file, ana_file)
 
     gm = GensimWord2Vec(vector_size=args.dim, window=args.window, min_count=args.min_count, sample=args.sample,
-                        negative=args.negatives, hs=0, sg=int(args.architecture == "skipgram"), workers=args.threads,
+                        negative=args.negatives if args.loss == "negative" else 0, hs=int(args.loss == "hierarchical"),
+                        sg=int(args.architecture == "skipgram"), workers=args.threads,
                         alpha=args.lr, min_alpha=0.0001, seed=args.seed, epochs=args.epochs)
     gm.build_vocab(sentences)
     t0 = time.perf_counter()
@@ -130,7 +136,7 @@ def main() -> None:
         print(f"{name:>8}: {secs:7.1f} s  {wps:9,.0f} words/s  spearman {figs['spearman']:.4f} "
               f"({figs['similarity_pairs']} pairs)  analogy {figs['analogy']:.4f} ({figs['analogy_questions']} questions)")
     print(json.dumps({
-        "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture,
+        "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture, "loss": args.loss,
         "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
         "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives,
         "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
@@ -140,7 +146,8 @@ def main() -> None:
         "spearman_genfeat": round(ours["spearman"], 4), "spearman_gensim": round(theirs["spearman"], 4),
         "analogy_genfeat": round(ours["analogy"], 4), "analogy_gensim": round(theirs["analogy"], 4),
         "similarity_pairs": ours["similarity_pairs"], "analogy_questions": ours["analogy_questions"],
-        "step_ms_genfeat": round(ours_s * 1000 / steps, 2), **breakdown}))
+        "step_ms_genfeat": round(ours_s * 1000 / steps, 2), **breakdown,
+        "load_1min_start_end": [load_start, os.getloadavg()[0]]}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""word2vec: the negative-sampling gradients, the noise and subsampling distributions, the windows, export
-to the word2vec formats (read back by gensim when it is installed) and a tiny corpus whose related words
-end up closer than unrelated ones."""
+"""word2vec: the gradients of negative sampling and the hierarchical softmax, the Huffman tree, the noise and
+subsampling distributions, the windows, export to the word2vec formats (read back by gensim when it is
+installed) and a tiny corpus whose related words end up closer than unrelated ones."""
+
+import heapq
 
 import numpy as np
 import pytest
@@ -10,12 +12,13 @@ from genfeat.errors import ConfigError, DataError
 from genfeat.eval.word_vectors import analogy_accuracy, word_similarity
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec
 from genfeat.models.word2vec import Word2Vec, Word2VecConfig, nearest_neighbours, save_word2vec_format
-from genfeat.objectives.word2vec import NegativeSamplingObjective, WindowSampler, keep_probability, noise_distribution
+from genfeat.objectives.word2vec import (WindowSampler, Word2VecObjective, huffman_tree, keep_probability,
+                                         noise_distribution)
 
 
-def _random_model(arch, v=12, d=6, seed=0):
+def _random_model(arch, v=12, d=6, seed=0, output="negative", sparse=False):
     torch.manual_seed(seed)
-    model = Word2Vec(Word2VecConfig(v, d, arch, sparse=False))
+    model = Word2Vec(Word2VecConfig(v, d, arch, sparse=sparse, output=output))
     with torch.no_grad():
         model.output.weight.normal_(0, 0.5)
         model.input.weight.normal_(0, 0.5)
@@ -23,52 +26,142 @@ def _random_model(arch, v=12, d=6, seed=0):
 
 
 def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0, row_cap=0.0,
-             shared=True):
+             shared=True, output="negative"):
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, v, n)
     sentence = np.repeat(np.arange(n // 10 + 1), 10)[:n]
     counts = np.bincount(ids, minlength=v)
     sampler = WindowSampler(ids, sentence, counts, window, negatives, batch, sample, seed=seed, architecture=arch,
-                            row_cap=row_cap, shared_negatives=shared)
+                            row_cap=row_cap, shared_negatives=shared, output=output)
     return sampler, ids, sentence, counts
 
 
-@pytest.mark.parametrize("arch, row_cap, shared", [("skipgram", 0.0, True), ("cbow", 0.0, True), ("skipgram", 20.0, True),
-                                                   ("cbow", 5.0, True), ("skipgram", 20.0, False)])
-def test_gradients_match_word2vec_updates(arch, row_cap, shared):
-    """Autograd of the objective equals word2vec.c's hand-written update: for each score s = u_w^T h with
-    label l (1 target, 0 noise) and pair count c, g = c (σ(s) − l); u_w gets g h and h gets Σ_w g u_w
-    (CBOW: every window vector the whole of it); with the row cap each of these scaled by its slot's factor."""
-    model = _random_model(arch)
-    batch = next(_sampler(arch, row_cap=row_cap, shared=shared)[0])
+@pytest.mark.parametrize("arch, row_cap, shared, output, sparse", [
+    ("skipgram", 0.0, True, "negative", False), ("cbow", 0.0, True, "negative", True),
+    ("skipgram", 20.0, True, "negative", True), ("cbow", 5.0, True, "negative", False),
+    ("skipgram", 20.0, False, "negative", True), ("skipgram", 5.0, True, "hierarchical", True),
+    ("cbow", 5.0, True, "hierarchical", False), ("skipgram", 0.0, True, "hierarchical", False)])
+def test_gradients_match_word2vec_updates(arch, row_cap, shared, output, sparse):
+    """The model's closed-form backward pass equals word2vec.c's hand-written update: for each score
+    s = u_t^T h_j with label l (1: a true target or branch 0; 0: a noise word or branch 1) and pair count c,
+    g = c (σ(s) − l); u_t gets g h_j and h_j gets g u_t (CBOW: every window vector the whole of it); with
+    the row cap each of these scaled by its lookup's factor. Dense and sparse gradients alike."""
+    model = _random_model(arch, output=output, sparse=sparse)
+    batch = next(_sampler(arch, row_cap=row_cap, shared=shared, output=output)[0])
     ones = lambda x: torch.ones(x.shape)
     in_scale = batch.get("input_grad_scale", ones(batch["inputs"])).numpy()
     out_scale = batch.get("target_grad_scale", ones(batch["targets"])).numpy()
     assert (in_scale < 1).any() == (out_scale < 1).any() == (row_cap > 0)
-    out = NegativeSamplingObjective()(model, batch)
+    out = Word2VecObjective()(model, batch)
     out.loss_sum.backward()
     win, wout = model.input.weight.detach().numpy(), model.output.weight.detach().numpy()
     grad_in, grad_out = np.zeros_like(win), np.zeros_like(wout)
     loss = 0.0
     for r in range(len(batch["targets"])):
         mask = batch["input_mask"][r].numpy()
-        slots = batch["inputs"][r].numpy()[mask]
-        h = win[slots].mean(0) if len(slots) else np.zeros(win.shape[1])
-        grad_h = np.zeros_like(h)
-        for t, (w, sign, c) in enumerate(zip(batch["targets"][r].numpy(), batch["sign"][r].numpy(),
-                                             batch["weight"][r].numpy())):
-            s = float(wout[w] @ h)
-            label = 1.0 if sign > 0 else 0.0
-            loss += c * -np.log(1 / (1 + np.exp(-sign * s)))
-            g = c * (1 / (1 + np.exp(-s)) - label)
-            grad_out[w] += out_scale[r, t] * g * h
-            grad_h += g * wout[w]
-        for i, scale in zip(slots, in_scale[r][mask]):
-            grad_in[i] += scale * grad_h
+        slots = batch["inputs"][r].numpy()
+        if arch == "cbow":  # one h, the window's mean, whose gradient every window vector gets
+            hs = [win[slots[mask]].mean(0) if mask.any() else np.zeros(win.shape[1])]
+            feeds = [list(np.flatnonzero(mask))]
+        else:  # each input slot its own h
+            hs = [win[i] for i in slots]
+            feeds = [[j] if mask[j] else [] for j in range(len(slots))]
+        for j, (h, feed) in enumerate(zip(hs, feeds)):
+            grad_h = np.zeros_like(h)
+            for t, (w, sign) in enumerate(zip(batch["targets"][r].numpy(), batch["sign"][r].numpy())):
+                c = float(batch["weight"][r, j, t])
+                s = float(wout[w] @ h)
+                label = 1.0 if sign > 0 else 0.0
+                loss += c * -np.log(1 / (1 + np.exp(-sign * s)))
+                g = c * (1 / (1 + np.exp(-s)) - label)
+                grad_out[w] += out_scale[r, t] * g * h
+                grad_h += g * wout[w]
+            for i in feed:
+                grad_in[slots[i]] += in_scale[r, i] * grad_h
     assert float(out.loss_sum.detach()) == pytest.approx(loss, rel=1e-5)
-    np.testing.assert_allclose(model.output.weight.grad.numpy(), grad_out, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(model.input.weight.grad.numpy(), grad_in, rtol=1e-4, atol=1e-6)
+    dense = lambda g: (g.to_dense() if g.is_sparse else g).numpy()
+    assert model.output.weight.grad.is_sparse == model.input.weight.grad.is_sparse == sparse
+    np.testing.assert_allclose(dense(model.output.weight.grad), grad_out, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(dense(model.input.weight.grad), grad_in, rtol=1e-4, atol=1e-6)
     assert out.count == len(batch["targets"])
+
+
+def _huffman_reference_cost(counts):
+    """Σ count · code length of an optimal prefix code (the sum of every merge of a heap-built Huffman tree)."""
+    heap, cost = list(counts), 0
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        merged = heapq.heappop(heap) + heapq.heappop(heap)
+        cost += merged
+        heapq.heappush(heap, merged)
+    return cost
+
+
+def test_huffman_tree_is_an_optimal_prefix_code():
+    """The codes are a complete prefix code (no code a prefix of another; Kraft sum exactly 1), a more frequent
+    word never has a longer code, the total length Σ count · L(w) is the optimum, every path starts at the
+    root and each inner node has exactly two children; the textbook example gets the textbook lengths."""
+    assert huffman_tree(np.array([5, 9, 12, 13, 16, 45])).lengths.tolist() == [4, 4, 3, 3, 3, 1]
+    counts = np.random.default_rng(0).zipf(1.5, 300).clip(max=10**6) + 4
+    tree = huffman_tree(counts)
+    v = len(counts)
+    codes = ["".join(map(str, tree.codes[w, :tree.lengths[w]])) for w in range(v)]
+    assert len(set(codes)) == v and sum(2.0 ** -len(c) for c in codes) == 1.0
+    ordered = sorted(codes)
+    assert not any(b.startswith(a) for a, b in zip(ordered, ordered[1:]))
+    order = np.lexsort((tree.lengths, -counts))  # by count, most frequent first; equal counts by length
+    assert (np.diff(tree.lengths[order]) >= 0).all()
+    assert (counts * tree.lengths).sum() == _huffman_reference_cost(counts.tolist())
+    assert (tree.points[:, 0] == v - 2).all()
+    children = {}
+    for w in range(v):
+        for l in range(tree.lengths[w]):
+            children.setdefault(int(tree.points[w, l]), set()).add(codes[w][:l + 1])
+    assert sorted(children) == list(range(v - 1))
+    assert all(len({c[-1] for c in kids}) == 2 for kids in children.values())
+    single = huffman_tree(np.array([7]))
+    assert single.lengths.tolist() == [0] and single.points.shape == (1, 0)
+
+
+def test_hierarchical_softmax_is_a_distribution():
+    """P(w | h) = Π_l σ((1 − 2 c_l) u_{n(w,l)}^T h) sums to 1 over the vocabulary for random h and inner-node
+    vectors (float64, to rounding), through the model's scores and the tree's signs."""
+    counts = np.random.default_rng(1).zipf(1.3, 500).clip(max=10**6) + 1
+    tree = huffman_tree(counts)
+    torch.manual_seed(0)
+    model = Word2Vec(Word2VecConfig(len(counts), 8, output="hierarchical")).double()
+    assert model.output.weight.shape == (len(counts) - 1, 8)
+    with torch.no_grad():
+        model.output.weight.normal_(0, 1.0)
+        model.input.weight.normal_(0, 1.0)
+    for center in range(3):
+        inputs = torch.full((len(counts), 1), center)
+        torch.set_grad_enabled(False)
+        scores = model(inputs, torch.ones_like(inputs, dtype=torch.bool), torch.from_numpy(tree.points)).scores[:, 0]
+        sign = torch.from_numpy(tree.signs).double()
+        log_p = (torch.nn.functional.logsigmoid(sign * scores) * (sign != 0)).sum(1)
+        assert abs(float(log_p.exp().sum()) - 1.0) < 1e-12
+        assert float(log_p.exp().min()) > 0
+    torch.set_grad_enabled(True)
+
+
+@pytest.mark.parametrize("arch", ["skipgram", "cbow"])
+def test_hierarchical_rows(arch):
+    """Hierarchical-softmax rows: the targets are the center word's path and the signs its code; skip-gram
+    weighs (context slot, path node) by both masks, CBOW (the window's mean, path node) by a non-empty window."""
+    m = 3
+    sampler, ids, _, counts = _sampler(arch, window=m, batch=50, output="hierarchical")
+    tree = huffman_tree(counts)
+    batch = next(sampler)
+    centers = ids[:50]
+    assert torch.equal(batch["targets"], torch.from_numpy(tree.points[centers]))
+    path = np.arange(tree.points.shape[1]) < tree.lengths[centers][:, None]
+    np.testing.assert_array_equal(batch["sign"].numpy(), np.where(path, 1 - 2 * tree.codes[centers], 0))
+    mask = batch["input_mask"].numpy()
+    assert batch["inputs"].shape == (50, 2 * m) and mask.any(1).all()
+    expect = mask[:, :, None] * path[:, None] if arch == "skipgram" else mask.any(1)[:, None, None] * path[:, None]
+    np.testing.assert_array_equal(batch["weight"].numpy(), expect)
+    assert float(batch["pairs"]) == (mask.sum() if arch == "skipgram" else mask.any(1).sum())
 
 
 def test_skipgram_rows_are_the_pairs_of_each_window():
@@ -83,7 +176,7 @@ def test_skipgram_rows_are_the_pairs_of_each_window():
         center = batch["inputs"][r, 0].item()
         assert center == ids[r]
         slots = batch["targets"][r, :2 * m].numpy()
-        mask = batch["weight"][r, :2 * m].numpy() > 0
+        mask = batch["weight"][r, 0, :2 * m].numpy() > 0
         context = {(p - r) for p in range(max(0, r - m), min(len(ids), r + m + 1))
                    if p != r and sentence[p] == sentence[r]}
         offsets = np.array([-3, -2, -1, 1, 2, 3])
@@ -94,23 +187,26 @@ def test_skipgram_rows_are_the_pairs_of_each_window():
         assert np.array_equal(slots[mask], ids[r + offsets[mask]])
         negs = batch["targets"][r, 2 * m:].numpy()
         assert (negs != center).all()
-        assert (batch["weight"][r, 2 * m:].numpy() == mask.sum()).all()
+        assert (batch["weight"][r, 0, 2 * m:].numpy() == mask.sum()).all()
         assert (batch["sign"][r, :2 * m] == 1).all() and (batch["sign"][r, 2 * m:] == -1).all()
+    assert float(batch["pairs"]) == float(batch["weight"][:, 0, :2 * m].sum())
 
 
 def test_row_cap_counts_each_rows_pair_terms():
-    """target scale = min(1, C / Σ weights of the row's target slots); input scale = min(1, C / Σ over the
-    row's input slots of their row's total weight), brute force."""
+    """target scale = min(1, C / Σ weights of the row's scores with that target); input scale = min(1, C / Σ over
+    the row's input slots of the weights of the scores their vector h enters), brute force."""
     cap = 30.0
-    for arch in ("skipgram", "cbow"):
-        batch = {k: v.numpy() for k, v in next(_sampler(arch, batch=40, row_cap=cap)[0]).items()}
+    for arch, output in (("skipgram", "negative"), ("cbow", "negative"), ("skipgram", "hierarchical"),
+                         ("cbow", "hierarchical")):
+        batch = {k: v.numpy() for k, v in next(_sampler(arch, batch=40, row_cap=cap, output=output)[0]).items()}
         out_load, in_load = {}, {}
         for r in range(40):
-            for w, c in zip(batch["targets"][r], batch["weight"][r]):
+            weight = batch["weight"][r]  # (k, T)
+            for w, c in zip(batch["targets"][r], weight.sum(0)):
                 out_load[w] = out_load.get(w, 0.0) + c
-            for w, m in zip(batch["inputs"][r], batch["input_mask"][r]):
+            for j, (w, m) in enumerate(zip(batch["inputs"][r], batch["input_mask"][r])):
                 if m:
-                    in_load[w] = in_load.get(w, 0.0) + batch["weight"][r].sum()
+                    in_load[w] = in_load.get(w, 0.0) + weight[j if len(weight) > 1 else 0].sum()
         for r in range(40):
             for w, f in zip(batch["targets"][r], batch["target_grad_scale"][r]):
                 assert f == pytest.approx(min(1.0, cap / out_load[w]) if out_load[w] > 0 else 1.0, rel=1e-6)
@@ -125,8 +221,8 @@ def test_per_pair_negatives():
     m, k = 3, 4
     batch = next(_sampler(window=m, negatives=k, batch=50, shared=False)[0])
     assert batch["targets"].shape == (50, 2 * m + 2 * m * k)
-    mask = batch["weight"][:, :2 * m] > 0
-    assert torch.equal(batch["weight"][:, 2 * m:], mask.repeat_interleave(k, 1).float())
+    mask = batch["weight"][:, 0, :2 * m] > 0
+    assert torch.equal(batch["weight"][:, 0, 2 * m:], mask.repeat_interleave(k, 1).float())
     assert (batch["sign"][:, 2 * m:] == -1).all()
     assert (batch["targets"][:, 2 * m:] != batch["inputs"]).all()
 
@@ -138,7 +234,7 @@ def test_dynamic_window_span_is_uniform():
     ids = np.arange(n) % 50
     sampler = WindowSampler(ids, np.zeros(n, np.int64), np.bincount(ids), m, 1, n - 2 * m, 0.0)
     sampler.offset = m  # no window touches the corpus ends
-    w = next(sampler)["weight"][:, :2 * m].numpy() > 0
+    w = next(sampler)["weight"][:, 0, :2 * m].numpy() > 0
     span = np.abs(np.array([-4, -3, -2, -1, 1, 2, 3, 4]) * w).max(1)
     share = np.bincount(span, minlength=m + 1)[1:] / len(span)
     np.testing.assert_allclose(share, 1 / m, atol=0.02)
@@ -190,12 +286,13 @@ def _topic_corpus(seed=0, sentences=1500):
     return [list(rng.choice(topics[rng.integers(2)], 8)) for _ in range(sentences)]
 
 
-@pytest.mark.parametrize("arch", ["skipgram", "cbow"])
-def test_related_words_end_up_closer(arch):
+@pytest.mark.parametrize("arch, loss", [("skipgram", "negative"), ("cbow", "negative"), ("skipgram", "hierarchical"),
+                                       ("cbow", "hierarchical")])
+def test_related_words_end_up_closer(arch, loss):
     sentences = _topic_corpus()
     words, counts = build_vocab(sentences, 1)
     ids, sent = encode_sentences(sentences, words)
-    cfg = Word2VecRecipe(architecture=arch, dim=16, window=3, negatives=5, min_count=1, sample=0.0, epochs=3,
+    cfg = Word2VecRecipe(architecture=arch, loss=loss, dim=16, window=3, negatives=5, min_count=1, sample=0.0, epochs=3,
                          batch_size=256, threads=1)
     model, result, steps = fit_word2vec(ids, sent, counts, cfg, seed=0)
     assert result.steps == steps

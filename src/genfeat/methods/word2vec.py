@@ -1,9 +1,10 @@
-"""word2vec runner (Mikolov et al. 2013a, b): skip-gram or CBOW with negative sampling, then intrinsic evaluation.
+"""word2vec runner (Mikolov et al. 2013a, b): skip-gram or CBOW with negative sampling or the hierarchical softmax,
+then intrinsic evaluation.
 
 Recipe: ``method: word2vec`` + the fields of :class:`Word2VecRecipe`. The corpus is read as sentences of
 tokens; words seen fewer than ``min_count`` times are dropped from the sentences (they take no window
 position, as in word2vec.c and gensim); then :class:`~genfeat.objectives.word2vec.WindowSampler`
-batches feed :class:`~genfeat.objectives.word2vec.NegativeSamplingObjective` in the one training loop,
+batches feed :class:`~genfeat.objectives.word2vec.Word2VecObjective` in the one training loop,
 with plain SGD on sparse gradients and a learning rate decaying linearly from ``lr`` to ``min_lr``.
 
 Output directory (``--out OUT``): ``metrics.jsonl`` and the ``last`` checkpoint of the training loop,
@@ -47,12 +48,15 @@ class Word2VecRecipe(Config):
     """Lower-case the text before tokenising."""
     architecture: Literal["skipgram", "cbow"] = "skipgram"
     """skipgram or cbow (genfeat.models.word2vec)."""
+    loss: Literal["negative", "hierarchical"] = "negative"
+    """negative: negative sampling (``negatives`` noise words); hierarchical: the hierarchical softmax over a
+    Huffman tree of the vocabulary (gensim's ``hs=1, negative=0``; genfeat.objectives.word2vec)."""
     dim: int = 100
     """Vector size d."""
     window: int = 5
     """m, the largest distance between a center word and a context word (dynamic window b ~ U{1..m})."""
     negatives: int = 5
-    """K noise words per center word."""
+    """K noise words per center word (negative sampling only)."""
     ns_exponent: float = 0.75
     """Exponent of the unigram noise distribution."""
     min_count: int = 5
@@ -171,6 +175,13 @@ def encode_sentences(sentences: list[list[str]], words: list[str]) -> tuple[np.n
     return np.array(ids, np.int64), np.array(sent, np.int64)
 
 
+def model_config(vocab_size: int, cfg: Word2VecRecipe):
+    """The :class:`~genfeat.models.word2vec.Word2VecConfig` of a recipe over ``vocab_size`` words."""
+    from ..models.word2vec import Word2VecConfig
+
+    return Word2VecConfig(vocab_size, cfg.dim, cfg.architecture, output=cfg.loss)
+
+
 def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
                  out_dir: Path | None = None, progress: bool = False, checkpoint_config: dict | None = None,
                  save_extra=None, resume_from: Path | None = None, steps: int = 0):
@@ -180,7 +191,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
 
     Args:
         ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
-        cfg: the training fields of the recipe (architecture, dim, window, negatives, shared_negatives, sample,
+        cfg: the training fields of the recipe (architecture, loss, dim, window, negatives, shared_negatives, sample,
             epochs, batch_size, row_cap, lr, min_lr, threads, save_every).
         seed: seed of the initialisation, subsampling, windows and negatives.
         out_dir, progress, checkpoint_config, save_extra, resume_from: as :class:`Trainer`'s.
@@ -190,17 +201,18 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     Raises:
         ConfigError: the vectors are not finite after training (the settings made SGD diverge).
     """
-    from ..models.word2vec import Word2Vec, Word2VecConfig
-    from ..objectives.word2vec import NegativeSamplingObjective, WindowSampler
+    from ..models.word2vec import Word2Vec
+    from ..objectives.word2vec import WindowSampler, Word2VecObjective
 
     torch.manual_seed(seed)
-    model = Word2Vec(Word2VecConfig(len(counts), cfg.dim, cfg.architecture))
+    model = Word2Vec(model_config(len(counts), cfg))
     sampler = WindowSampler(ids, sentence, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
-                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives)
+                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss)
     steps = steps or max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
     # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
     optim = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size, decay="linear", min_lr_ratio=cfg.min_lr / cfg.lr)
-    phase = Phase("train", steps, [Stage([Term(NegativeSamplingObjective(), sampler)])], {"main": OptimSpec(optim)})
+    objective = Word2VecObjective("sgns" if cfg.loss == "negative" else "hs")
+    phase = Phase("train", steps, [Stage([Term(objective, sampler)])], {"main": OptimSpec(optim)})
     tcfg = TrainConfig(seed=seed, device="cpu", threads=cfg.threads, progress=progress,
                        log_every=max(1, steps // 20), save_every=cfg.save_every)
     result: TrainResult = Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config,
@@ -230,7 +242,7 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     from ..eval.word_vectors import evaluate_vectors
     from ..framework.checkpoint import resume_dir, save_checkpoint
     from ..hub import VOCAB_FILE
-    from ..models.word2vec import Word2VecConfig, save_word2vec_format
+    from ..models.word2vec import save_word2vec_format
 
     if resume and out_dir is None:
         raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
@@ -242,7 +254,7 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     vocab = SymbolVocab(words, "word", add_eos=False)
     save_vocab = lambda d: vocab.save(d / VOCAB_FILE)
     out = Path(out_dir) if out_dir is not None else None
-    ckpt = {"architecture": "word2vec", "model": to_dict(Word2VecConfig(len(words), cfg.dim, cfg.architecture)),
+    ckpt = {"architecture": "word2vec", "model": to_dict(model_config(len(words), cfg)),
             "recipe": to_dict(cfg)}
     prep = time.time() - t0
     model, result, steps = fit_word2vec(ids, sentence, counts, cfg, seed, out, progress, ckpt, save_vocab,

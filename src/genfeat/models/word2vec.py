@@ -1,21 +1,26 @@
 """word2vec (Mikolov et al. 2013a, b; seed lecture "Contextualized Word Embeddings"): two embedding tables.
 
-Axis legend: V vocabulary, d vector size, b batch (center words), n input slots (1 for skip-gram, 2m
-for CBOW), T targets per row.
+Axis legend: V vocabulary, d vector size, b batch (center words), n input slots, k vectors h per row
+(1, or n for skip-gram with hierarchical softmax), T targets per row.
 
-Each word w has an input vector v_w (``input``, the vectors kept and exported) and an output vector u_w
-(``output``, syn1neg in word2vec.c). A row of a batch scores its targets w against one vector h,
-s_w = u_w^T h, where
+Each word w has an input vector v_w (``input``, the vectors kept and exported). The output table holds
+the vectors u the h are scored against: with negative sampling one per word (syn1neg in word2vec.c),
+with the hierarchical softmax one per inner node of the Huffman tree, V − 1 (syn1). A row of a batch
+scores its targets against k vectors h, s_{jt} = u_t^T h_j, where
 
-- skip-gram (the lecture's P(w_{t+j} | w_t)): h = v_{w_t}, the center word's input vector, and the
-  targets are the words of its window and its negatives;
-- CBOW: h = (1/|C|) Σ_{c∈C} v_c, the mean of the window's input vectors (gensim's ``cbow_mean=1``), and
-  the targets are the center word and its negatives. As in word2vec.c and gensim, every v_c receives the
-  whole gradient of h, not 1/|C| of it: the forward value is the mean, the backward pass that of the sum.
+- skip-gram, negative sampling (the lecture's P(w_{t+j} | w_t)): k = 1, h = v_{w_t}, the center word's
+  input vector; the targets are the words of its window and its negatives;
+- skip-gram, hierarchical softmax: k = n = 2m, h_j = v_{w_{t+j}}, each context word's input vector;
+  the targets are the inner nodes on the center word's path (word2vec.c's and gensim's order, which
+  predicts the center from each context word: one path a row instead of one a pair);
+- CBOW: k = 1, h = (1/|C|) Σ_{c∈C} v_c, the mean of the window's input vectors (gensim's ``cbow_mean=1``);
+  the targets are the center word and its negatives, or the inner nodes on its path. As in
+  word2vec.c and gensim, every v_c receives the whole gradient of h, not 1/|C| of it.
 
-So a batch's scores are b matrix-vector products (b, T, d) · (b, d), computed as one element-wise
-product and sum, which on a CPU is several times faster than batched small matrix products.
-The model returns the scores only; the negative-sampling loss is genfeat.objectives.word2vec.
+The scores and their gradients are one autograd node (:class:`_RowScores`) with the closed-form
+backward pass of word2vec.c's update: the looked-up rows are gathered once, and the gradients come
+back as sparse (V, d) tensors holding one row per lookup. The model returns the scores only; the loss
+is genfeat.objectives.word2vec.
 
 The module also writes the word2vec text and binary formats (the files gensim's
 ``KeyedVectors.load_word2vec_format`` reads) and answers nearest-neighbour queries.
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import torch
 from torch import Tensor, nn
 
 from ..config import Config
@@ -44,9 +50,13 @@ class Word2VecConfig(Config):
     dim: int = 100
     """d, the vector size."""
     architecture: Literal["skipgram", "cbow"] = "skipgram"
-    """skipgram: the center word's vector scores its window; cbow: the mean of the window's vectors scores the center."""
+    """skipgram: each input vector scores the targets on its own; cbow: the mean of the window's vectors does."""
     sparse: bool = True
-    """Sparse embedding gradients (only the rows a batch touches are updated); needs a plain SGD optimizer."""
+    """Sparse gradients (one row per lookup, so only the rows a batch touches are updated); needs plain SGD.
+    False: dense (V, d) gradients."""
+    output: Literal["negative", "hierarchical"] = "negative"
+    """The output table: one vector per word (negative sampling) or per inner node of the Huffman tree,
+    V − 1 of them (hierarchical softmax)."""
 
     def __post_init__(self):
         if self.vocab_size < 1 or self.dim < 1:
@@ -56,23 +66,62 @@ class Word2VecConfig(Config):
 
 @dataclass
 class Word2VecOutput:
-    """scores: (b, T) u_w^T h for every target w of every row."""
+    """scores: (b, k, T) u_t^T h_j for every vector h_j and target t of every row."""
 
     scores: Tensor
 
 
-def _scale_grad(x: Tensor, scale: Tensor | None) -> Tensor:
-    """``x`` (b, k, d) whose gradient is multiplied by ``scale`` (b, k) on the way back; the value is unchanged."""
-    if scale is not None and x.requires_grad:
-        s = scale.unsqueeze(-1).to(x.dtype)
-        x.register_hook(lambda grad: grad * s)
-    return x
+def _row_gradient(ids: Tensor, rows: Tensor, shape: torch.Size, sparse: bool) -> Tensor:
+    """The (V, d) gradient that adds ``rows`` (..., d) at the rows ``ids`` (...): sparse COO (uncoalesced, one
+    row per lookup) or dense."""
+    ids, rows = ids.reshape(-1), rows.reshape(-1, shape[1])
+    if sparse:
+        return torch.sparse_coo_tensor(ids.unsqueeze(0), rows, shape, check_invariants=False)
+    return rows.new_zeros(shape).index_add_(0, ids, rows)
+
+
+class _RowScores(torch.autograd.Function):
+    """s_{jt} = u_t^T h_j for the rows of a batch, with word2vec.c's update as a closed-form backward pass.
+
+    Forward: v = W_in[inputs] (b, n, d); h = the masked mean of v over the n slots (b, 1, d) when ``mean``,
+    else v (b, n, d); u = W_out[targets] (b, T, d); scores (b, k, T).
+    Backward from G = ∂L/∂s (b, k, T): ∂L/∂u_t = Σ_j G_{jt} h_j (b, T, d) and ∂L/∂h_j = Σ_t G_{jt} u_t
+    (b, k, d); each slot of a mean gets the whole ∂L/∂h (word2vec.c's CBOW update), an empty slot nothing;
+    each row's gradient times its lookup's grad scale. One autograd node instead of the gather, product,
+    sum and scaling nodes autograd would record (docs/BENCHMARKS.md).
+    """
+
+    @staticmethod
+    def forward(ctx, w_in, w_out, inputs, input_mask, targets, in_scale, out_scale, mean, sparse):
+        (b, n), d = inputs.shape, w_in.shape[1]
+        v = w_in.index_select(0, inputs.reshape(-1)).view(b, n, d)
+        u = w_out.index_select(0, targets.reshape(-1)).view(b, targets.shape[1], d)
+        if mean and n > 1:
+            m = input_mask.unsqueeze(1).to(v.dtype)  # (b, 1, n)
+            h = torch.bmm(m, v) / m.sum(2, keepdim=True).clamp_min(1.0)
+        else:
+            h = v
+        # one h a row: a fused multiply-sum beats b matrix-vector products (docs/BENCHMARKS.md)
+        scores = torch.linalg.vecdot(u, h).unsqueeze(1) if h.shape[1] == 1 else torch.bmm(h, u.transpose(1, 2))
+        ctx.save_for_backward(h, u, inputs, input_mask, targets, in_scale, out_scale)
+        ctx.sparse, ctx.shapes = sparse, (w_in.shape, w_out.shape)
+        return scores
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, u, inputs, input_mask, targets, in_scale, out_scale = ctx.saved_tensors
+        g_out = grad if out_scale is None else grad * out_scale.unsqueeze(1)
+        grad_u = g_out.transpose(1, 2) * h if h.shape[1] == 1 else torch.bmm(g_out.transpose(1, 2), h)  # (b, T, d)
+        slot = input_mask.to(grad.dtype) if in_scale is None else input_mask * in_scale  # (b, n)
+        grad_v = torch.bmm(grad, u) * slot.unsqueeze(2)  # (b, k, d) -> (b, n, d)
+        return (_row_gradient(inputs, grad_v, ctx.shapes[0], ctx.sparse),
+                _row_gradient(targets, grad_u, ctx.shapes[1], ctx.sparse), None, None, None, None, None, None, None)
 
 
 class Word2Vec(nn.Module):
-    """Input and output word vectors (module docstring).
+    """Input and output vectors (module docstring).
 
-    Initialisation as word2vec.c and gensim: v_w ~ U(−0.5/d, 0.5/d), u_w = 0.
+    Initialisation as word2vec.c and gensim: v_w ~ U(−0.5/d, 0.5/d), u = 0.
 
     Args:
         config: :class:`Word2VecConfig`.
@@ -82,35 +131,29 @@ class Word2Vec(nn.Module):
         super().__init__()
         self.config = config
         v, d = config.vocab_size, config.dim
-        self.input = nn.Embedding(v, d, sparse=config.sparse)
-        self.output = nn.Embedding(v, d, sparse=config.sparse)
+        self.input = nn.Embedding(v, d)
+        self.output = nn.Embedding(v if config.output == "negative" else max(v - 1, 1), d)
         nn.init.uniform_(self.input.weight, -0.5 / d, 0.5 / d)
         nn.init.zeros_(self.output.weight)
 
     def forward(self, inputs: Tensor, input_mask: Tensor, targets: Tensor, input_grad_scale: Tensor | None = None,
                 target_grad_scale: Tensor | None = None) -> Word2VecOutput:
-        """Scores of the targets against the (mean) input vector of each row.
+        """Scores of the targets against the vectors h of each row.
 
         Args:
-            inputs: (b, n) ids whose input vectors make h (n = 1: the center word, skip-gram; n = 2m: the
-                window, CBOW); any id where ``input_mask`` is false.
+            inputs: (b, n) ids whose input vectors make h (skip-gram: n = 1, the center word, or the n = 2m
+                window slots with the hierarchical softmax, each its own h; CBOW: the n = 2m window, averaged);
+                any id where ``input_mask`` is false.
             input_mask: (b, n) bool, true where the slot holds a word.
-            targets: (b, T) ids scored against h.
+            targets: (b, T) ids of output vectors scored against h.
             input_grad_scale, target_grad_scale: optional (b, n) / (b, T) factors on the gradient reaching
                 each looked-up vector; the scores are unchanged (the sampler's per-batch row cap).
         Returns:
-            :class:`Word2VecOutput` with scores (b, T).
+            :class:`Word2VecOutput` with scores (b, k, T): k = 1 for CBOW, n for skip-gram.
         """
-        v = _scale_grad(self.input(inputs), input_grad_scale)  # (b, n, d)
-        if v.shape[1] == 1:
-            h = v[:, 0]
-        else:
-            m = input_mask.unsqueeze(-1).to(v.dtype)
-            total = (v * m).sum(1)  # (b, d)
-            # the value of the mean with the gradient of the sum, word2vec.c's CBOW update
-            h = total + (total / m.sum(1).clamp_min(1.0) - total).detach()
-        u = _scale_grad(self.output(targets), target_grad_scale)  # (b, T, d)
-        return Word2VecOutput((u * h.unsqueeze(1)).sum(-1))
+        return Word2VecOutput(_RowScores.apply(self.input.weight, self.output.weight, inputs, input_mask, targets,
+                                               input_grad_scale, target_grad_scale,
+                                               self.config.architecture == "cbow", self.config.sparse))
 
     @property
     def vectors(self) -> Tensor:
