@@ -84,3 +84,31 @@ def test_config_checks():
         GAReaderConfig(vocab_size=3, dropout=1.0)
     with pytest.raises(ValueError, match="vocab_size must be set"):
         GAReader(GAReaderConfig())
+
+
+def test_bigru_equals_the_packed_bidirectional_gru_in_outputs_and_gradients():
+    """BiGRU runs its nn.GRU's two directions on padded rows (the backward one on rows reversed within their
+    length); a packed run of the same nn.GRU is the reference: same outputs at real positions, zeros at
+    padding, same gradients of the input and of every weight."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from genfeat.models.ga_reader import BiGRU
+
+    torch.manual_seed(0)
+    gru = BiGRU(6, 4)
+    lengths = torch.tensor([7, 3, 5, 1])
+    mask = torch.arange(7)[None, :] < lengths[:, None]
+    x = torch.randn(4, 7, 6, requires_grad=True)
+    weight = torch.randn(4, 7, 8) * mask[:, :, None]
+
+    def grads(out):
+        return torch.autograd.grad((out * weight).sum(), [x, *gru.parameters()])
+
+    ours = gru(x, mask)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    reference = pad_packed_sequence(gru.gru(packed)[0], batch_first=True, total_length=7)[0]
+    torch.testing.assert_close(ours, reference)
+    assert (ours[~mask] == 0).all()
+    for a, b in zip(grads(ours), grads(reference)):
+        torch.testing.assert_close(a, b)
+    assert [name for name, _ in gru.named_parameters()][-1] == "gru.bias_hh_l0_reverse", "nn.GRU's own parameters"

@@ -169,3 +169,15 @@ def test_cli_reports_a_bad_labelling_rate_on_one_line():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "data.labelling_rate is 1.5, outside (0, 1]" in lines[0]
+
+
+def test_banded_best_spans_equal_the_brute_force_argmax():
+    g = torch.Generator().manual_seed(0)
+    start, end = torch.randn(6, 11, generator=g), torch.randn(6, 11, generator=g)
+    start[3, 7:] = end[3, 7:] = float("-inf")                   # a padded row
+    for max_words in (1, 3, 15):
+        s, e = best_spans(start, end, max_words)
+        for row in range(6):
+            pairs = [(a, b) for a in range(11) for b in range(a, min(a + max_words, 11))]
+            best = max(pairs, key=lambda p: (start[row, p[0]] + end[row, p[1]], -p[0], -p[1]))
+            assert (s[row].item(), e[row].item()) == best

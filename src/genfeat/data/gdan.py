@@ -265,29 +265,85 @@ def collate_qa(examples: Sequence[QAExample], vocab: SymbolVocab) -> dict[str, t
 
 class CollatedStream:
     """Endless, resumable minibatches of ``items`` (a list of records) made by ``collate(records)``: a
-    :class:`TensorStream` over the item indices gives the order (reshuffled each epoch from ``seed``)."""
+    :class:`TensorStream` over the item indices gives the order (reshuffled each epoch from ``seed``).
 
-    def __init__(self, items: Sequence[Any], collate: Callable[[list[Any]], Any], batch_size: int, seed: int = 0):
+    With ``length`` (a record's size, e.g. its paragraph's words) and ``bucket`` > 1, batches are made of
+    records of similar length, so they carry little padding (a GRU over padded rows runs as many steps as
+    the batch's longest row): the shuffled order is taken ``bucket`` batches at a time (a pool), each pool is
+    sorted by length and cut into batches of ``batch_size``, and the pool's batches come in a seeded random
+    order. Every record still appears once per epoch, but for fewer than ``batch_size`` left at the end of it
+    (as without buckets); which records share a batch is what changes.
+    """
+
+    def __init__(self, items: Sequence[Any], collate: Callable[[list[Any]], Any], batch_size: int, seed: int = 0,
+                 length: Callable[[Any], int] | None = None, bucket: int = 1):
         if not items:
             raise DataError("a GDAN batch stream has no examples", "check the data split (labelling_rate, files)")
+        if bucket < 1:
+            raise ValueError(f"bucket must be >= 1, got {bucket}")
         self.items, self.collate = items, collate
-        self.order = TensorStream({"index": torch.arange(len(items))}, min(batch_size, len(items)), seed=seed)
+        self.batch_size = min(batch_size, len(items))
+        self.bucketed = length is not None and bucket > 1
+        indices = {"index": torch.arange(len(items))}
+        if not self.bucketed:
+            self.order = TensorStream(indices, self.batch_size, seed=seed)
+            return
+        self.lengths = torch.tensor([length(item) for item in items])
+        self.order = TensorStream(indices, bucket * self.batch_size, seed=seed, drop_last=False)
+        self.seed, self.rank, self.world = seed, 0, 1
+        self.pool_state = self.order.state_dict()       # the order's position before the current pool
+        self.pools = 0                                   # pools drawn so far (seeds the batch order in a pool)
+        self.batches: list[torch.Tensor] = []
+        self.next = 0
+
+    def _draw_pool(self) -> None:
+        """The next pool's batches: its indices sorted by length (stable), cut into full batches, shuffled."""
+        self.pool_state = self.order.state_dict()
+        ids = next(self.order)["index"]
+        ids = ids[torch.sort(self.lengths[ids], stable=True).indices]
+        full = len(ids) // self.batch_size
+        batches = list(ids[:full * self.batch_size].split(self.batch_size))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.pools)
+        self.batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+        self.pools += 1
+        self.next = 0
 
     def __iter__(self):
         return self
 
     def __next__(self) -> Any:
-        return self.collate([self.items[i] for i in next(self.order)["index"].tolist()])
+        if not self.bucketed:
+            return self.collate([self.items[i] for i in next(self.order)["index"].tolist()])
+        while self.next >= len(self.batches):     # a pool at an epoch's end may hold no full batch
+            self._draw_pool()
+        ids = self.batches[self.next].tensor_split(self.world)[self.rank]
+        self.next += 1
+        return self.collate([self.items[i] for i in ids.tolist()])
 
     def state_dict(self) -> dict[str, Any]:
-        return self.order.state_dict()
+        if not self.bucketed:
+            return self.order.state_dict()
+        return {"pool": self.pool_state, "pools": self.pools, "next": self.next}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.order.load_state_dict(state)
+        if not self.bucketed:
+            self.order.load_state_dict(state)
+            return
+        self.order.load_state_dict(state["pool"])
+        self.pools = int(state["pools"])
+        if self.pools:
+            self.pools -= 1
+            self._draw_pool()
+        self.next = int(state["next"])
 
     def shard(self, rank: int, world: int) -> None:
-        self.order.shard(rank, world)
-
+        if not self.bucketed:
+            self.order.shard(rank, world)
+            return
+        if self.batch_size % world:
+            raise ConfigError(f"batch_size {self.batch_size} is not divisible by the {world} processes",
+                              "make the batch size a multiple of the number of processes")
+        self.rank, self.world = rank, world
 
 
 def context_questions(answers: Sequence[QAExample], window: int) -> list[QAExample]:

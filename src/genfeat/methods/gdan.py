@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config, to_dict
@@ -95,6 +96,9 @@ class GDANRecipe(Config):
     """Labelled questions per D step."""
     unlabelled_batch: int = 32
     """Pseudo-questions (Context) or generated questions per D step, and per G step."""
+    bucket: int = 8
+    """D's and G's training batches are drawn from pools of this many batches sorted by paragraph length
+    (:class:`~genfeat.data.gdan.CollatedStream`), so little of a batch is padding; 1: plain random batches."""
     steps: int = 3000
     """D optimizer steps."""
     d_optim: OptimConfig = field(default_factory=lambda: OptimConfig(name="adam", lr=1e-3))
@@ -136,7 +140,7 @@ class GDANRecipe(Config):
 
     def __post_init__(self):
         for name in ("min_freq", "batch_size", "unlabelled_batch", "context_window", "chunks_per_paragraph",
-                     "max_answer_words", "eval_batch", "t_d", "t_g", "max_question_words"):
+                     "max_answer_words", "eval_batch", "t_d", "t_g", "max_question_words", "bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if min(self.steps, self.max_unlabelled, self.max_eval, self.g_pretrain_steps) < 0:
@@ -146,30 +150,36 @@ class GDANRecipe(Config):
 
 
 def best_spans(start_logits: Tensor, end_logits: Tensor, max_words: int) -> tuple[Tensor, Tensor]:
-    """argmax over s <= e < s + max_words of start_logits[s] + end_logits[e] per row: (b, n) each -> (b,), (b,)."""
-    n = start_logits.shape[1]
-    pos = torch.arange(n, device=start_logits.device)
-    valid = (pos[None, :] >= pos[:, None]) & (pos[None, :] < pos[:, None] + max_words)          # (n, n): (s, e)
-    scores = (start_logits[:, :, None] + end_logits[:, None, :]).masked_fill(~valid, float("-inf"))
-    top = scores.flatten(1).argmax(1)
-    return top // n, top % n
+    """argmax over s <= e < s + max_words of start_logits[s] + end_logits[e] per row: (b, n) each -> (b,), (b,).
+
+    Scores only the band of allowed (s, e) pairs, (b, n, max_words), not all (b, n, n) (dev paragraphs run to
+    hundreds of words); ties go to the first pair in (s, e) order."""
+    k = min(max_words, start_logits.shape[1])
+    ends = F.pad(end_logits, (0, k - 1), value=float("-inf")).unfold(1, k, 1)      # (b, n, k): end_logits[s + j]
+    top = (start_logits[:, :, None] + ends).flatten(1).argmax(1)
+    return top // k, top // k + top % k
 
 
 @torch.no_grad()
 def predict(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab, domain: int | None,
             batch: int = 64, max_words: int = 15) -> list[str]:
-    """D's answer text for each question (the paragraph's characters of the best word span)."""
+    """D's answer text for each question (the paragraph's characters of the best word span). Questions are
+    read in batches of similar paragraph length (D's outputs do not depend on padding), answers returned in
+    the order of ``examples``."""
     d = reader(model)
     was = d.training
     d.eval()
     device = next(d.parameters()).device
-    texts = []
-    for i in range(0, len(examples), batch):
-        chunk = examples[i:i + batch]
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].paragraph.tokens))
+    texts = [""] * len(examples)
+    for i in range(0, len(order), batch):
+        ids = order[i:i + batch]
+        chunk = [examples[j] for j in ids]
         inputs = {k: v.to(device) for k, v in collate_qa(chunk, vocab).items()}
         out = read(d, inputs, domain)
         starts, ends = best_spans(out.start_logits.float(), out.end_logits.float(), max_words)
-        texts += [ex.paragraph.span_text(s, e) for ex, s, e in zip(chunk, starts.tolist(), ends.tolist())]
+        for j, ex, s, e in zip(ids, chunk, starts.tolist(), ends.tolist()):
+            texts[j] = ex.paragraph.span_text(s, e)
     d.train(was)
     return texts
 
@@ -244,6 +254,11 @@ def unlabelled_answers(cfg: GDANRecipe, data: GDANData, seed: int) -> list[QAExa
     return answer_examples(data.unlabelled[:cfg.max_unlabelled or None], cfg.chunks, cfg.chunks_per_paragraph, seed)
 
 
+def paragraph_words(example: QAExample) -> int:
+    """The bucketing length of a question: its paragraph's words (the reader's GRUs run that many steps)."""
+    return len(example.paragraph.tokens)
+
+
 def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tuple[nn.ModuleDict, Phase | None,
                                                                                   Phase, int]:
     """D (and G) in a ModuleDict (``d``, ``g``) and the schedule of ``cfg.setting``.
@@ -258,26 +273,26 @@ def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tup
     model = nn.ModuleDict(modules)
     tagged = cfg.setting in TAGGED_SETTINGS
     collate = functools.partial(collate_qa, vocab=vocab)
-    terms = [Term(SpanQAObjective(D_TRUE if tagged else None),
-                  CollatedStream(data.labelled, collate, cfg.batch_size, seed=seed))]
+    stream = functools.partial(CollatedStream, length=paragraph_words, bucket=cfg.bucket)
+    terms = [Term(SpanQAObjective(D_TRUE if tagged else None), stream(data.labelled, collate, cfg.batch_size, seed=seed))]
     unl_name, n_unl, pretrain, stages = "qa_unl", 0, None, []
     optimizers = {"d": OptimSpec(cfg.d_optim, lambda m: reader(m).parameters())}
     if cfg.setting in ("context", "context_domain"):
         pseudo = context_questions(unlabelled_answers(cfg, data, seed), cfg.context_window)
         n_unl = len(pseudo)
-        unl_stream = CollatedStream(pseudo, collate, cfg.unlabelled_batch, seed=seed + 1)
+        unl_stream = stream(pseudo, collate, cfg.unlabelled_batch, seed=seed + 1)
     elif cfg.setting in GENERATOR_SETTINGS:
         chunks = unlabelled_answers(cfg, data, seed)
         n_unl, unl_name = len(chunks), "qa_gen"
         collate_g = functools.partial(collate_qg, vocab=vocab, max_question_words=cfg.max_question_words)
-        unl_stream = GeneratedStream(model, CollatedStream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 1),
+        unl_stream = GeneratedStream(model, stream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 1),
                                      vocab, cfg.max_question_words + 1)
         pretrain = mle_phase(data.labelled, vocab, cfg.g_pretrain_steps, cfg.g_optim, cfg.batch_size, seed,
                              cfg.max_question_words, generator_attr="g")
         if cfg.setting in ADVERSARIAL_SETTINGS:
             rl = QuestionGenReinforce(d_reward(model, vocab, cfg.setting), cfg.max_question_words + 1,
                                       decay=cfg.baseline_decay, generator_attr="g")
-            stages.append(Stage([Term(rl, CollatedStream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 2))],
+            stages.append(Stage([Term(rl, stream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 2))],
                                 "g", cfg.t_g))
             optimizers["g"] = OptimSpec(cfg.g_rl_optim, lambda m: m.g.parameters())
     if cfg.setting != "sl":

@@ -24,8 +24,9 @@ the question and the paragraph, so D can learn a different conditional for gener
 tag is never a span position. Without ``domain`` (SL, Context, Gen, Gen + GAN, Gen + dual) nothing is
 appended.
 
-Padding does not change any output at real positions: the GRUs run on packed sequences, attention
-ignores padded question words, and padded paragraph positions get logit -inf.
+Padding does not change any output at real positions: the GRUs read each row's real words before its
+padding (:class:`BiGRU`), attention ignores padded question words, and padded paragraph positions get
+logit -inf.
 
 Not from the GA reader paper: no character embeddings, no question-evidence common-word feature and no
 pretrained (GloVe) vectors; embeddings start at random.
@@ -33,11 +34,12 @@ pretrained (GloVe) vectors; embeddings start at random.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.func import functional_call
 
 from ..config import Config
 
@@ -103,19 +105,51 @@ def append_tag(ids: Tensor, mask: Tensor, tag: Tensor) -> tuple[Tensor, Tensor]:
     return ids, mask
 
 
+@functools.lru_cache(maxsize=None)
+def _one_way_gru(inputs: int, hidden: int) -> nn.GRU:
+    """A parameter-less (meta) unidirectional GRU that :class:`BiGRU` runs each direction's weights through."""
+    return nn.GRU(inputs, hidden, batch_first=True, device="meta")
+
+
+def reverse_rows(mask: Tensor) -> Tensor:
+    """(b, t) mask of right-padded rows -> (b·t,) flat positions that reverse each row within its length and
+    leave its padding in place (an involution): x.flatten(0, 1)[index] reverses every row of x (b, t, ...)."""
+    b, t = mask.shape
+    pos = torch.arange(t, device=mask.device)[None, :]
+    lengths = mask.sum(1, keepdim=True)
+    rows = torch.arange(b, device=mask.device)[:, None] * t
+    return (rows + torch.where(pos < lengths, lengths - 1 - pos, pos)).flatten()
+
+
 class BiGRU(nn.Module):
-    """A one-layer bidirectional GRU over right-padded sequences, run packed so padding is never read.
-    (b, t, in) and (b, t) mask -> (b, t, 2h), zeros at padding."""
+    """A one-layer bidirectional GRU over right-padded sequences. (b, t, in) and (b, t) mask -> (b, t, 2h),
+    zeros at padding.
+
+    Each direction is one fused ``nn.GRU`` call on the padded batch: the forward direction reads x, the
+    backward one reads every row reversed within its length, so both read a row's real words first and its
+    padding only after them, and every real position's output is that of a packed bidirectional GRU (the
+    parameters are one bidirectional ``nn.GRU``'s, ``gru.weight_ih_l0_reverse`` ...). Not packed because on
+    CPU the backward pass of a packed GRU slices the packed input once per time step and each slice's
+    gradient is a zero-filled copy of the whole input, quadratic in t: with t about 300 it took two thirds
+    of D's training step.
+    """
+
+    WEIGHTS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
 
     def __init__(self, inputs: int, hidden: int):
         super().__init__()
         self.gru = nn.GRU(inputs, hidden, batch_first=True, bidirectional=True)
 
+    def _direction(self, x: Tensor, suffix: str) -> Tensor:
+        weights = {name: getattr(self.gru, name + suffix) for name in self.WEIGHTS}
+        return functional_call(_one_way_gru(self.gru.input_size, self.gru.hidden_size), weights, (x,))[0]
+
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        lengths = mask.sum(1).clamp_min(1).cpu()
-        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, _ = self.gru(packed)
-        return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+        rev = reverse_rows(mask)                                                       # (b·t,)
+        forward = self._direction(x, "")
+        backward = self._direction(x.flatten(0, 1)[rev].view_as(x), "_reverse")
+        backward = backward.flatten(0, 1)[rev].view_as(forward)
+        return torch.cat([forward, backward], -1) * mask[:, :, None]
 
 
 class GAReader(nn.Module):
