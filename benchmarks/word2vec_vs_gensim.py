@@ -17,7 +17,8 @@ subsampling) / training seconds, the same numerator for both; genfeat's training
 torch._dynamo is paid before timing), gensim's those of ``Word2Vec.train`` (its vocabulary built before).
 Nearest-neighbour lists of ``--words`` are printed for both, and a genfeat step is timed part by part
 (``step_ms_sample`` / ``_forward`` / ``_backward`` / ``_optimizer``, beside ``step_ms_genfeat``, the whole
-step in the training loop).
+step in the training loop), and ``step_ms_arithmetic`` is the step's tensor arithmetic alone on the same
+batches (gathers, scores, closed-form gradients, index_add_; a bound on what a leaner eager step could reach).
 The last stdout line is JSON with speedup (genfeat words/s ÷ gensim's), spearman_genfeat, spearman_gensim,
 analogy_genfeat, analogy_gensim, the settings and the machine's 1-minute load average at the start and the end.
 """
@@ -38,9 +39,27 @@ from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentenc
 from genfeat.models.word2vec import nearest_neighbours
 
 
+def step_arithmetic(model, batch: dict[str, torch.Tensor], lr: float) -> None:
+    """The tensor arithmetic of a step alone, as a bound: gather the rows, the scores, the closed-form gradients
+    with the learning rate folded in, index_add_ into both tables; no sampler, autograd, optimizer or row cap."""
+    w_in, w_out = model.input.weight.data, model.output.weight.data
+    inputs, targets, weight = batch["inputs"], batch["targets"], batch["weight"]
+    (b, n), d = inputs.shape, w_in.shape[1]
+    h = w_in.index_select(0, inputs.reshape(-1)).view(b, n, d)
+    if model.config.architecture == "cbow":
+        h = h.mean(1, keepdim=True)
+    u = w_out.index_select(0, targets.reshape(-1)).view(b, targets.shape[1], d)
+    s = torch.linalg.vecdot(u, h).unsqueeze(1) if h.shape[1] == 1 else torch.bmm(h, u.transpose(1, 2))
+    g = (torch.sigmoid(s) - (batch["sign"].unsqueeze(1) > 0).float()) * weight * -lr  # (b, k, T)
+    grad_u = g.transpose(1, 2) * h if h.shape[1] == 1 else torch.bmm(g.transpose(1, 2), h)
+    w_out.index_add_(0, targets.reshape(-1), grad_u.reshape(-1, d))
+    w_in.index_add_(0, inputs.reshape(-1), torch.bmm(g, u).expand(b, n, d).reshape(-1, d))
+
+
 def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> dict[str, float]:
     """Milliseconds per step of each part of a genfeat training step (sampling the batch, forward, backward,
-    sparse SGD), timed outside the training loop on the same model, sampler and optimizer, after 5 warm-up steps."""
+    sparse SGD), timed outside the training loop on the same model, sampler and optimizer, after 5 warm-up steps;
+    then ``arithmetic``, :func:`step_arithmetic` on the same batches."""
     from genfeat.methods.word2vec import SparseSGDConfig, model_config
     from genfeat.models.word2vec import Word2Vec
     from genfeat.objectives.word2vec import WindowSampler, Word2VecObjective
@@ -51,9 +70,11 @@ def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> d
     opt = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size).build(model.parameters())
     objective = Word2VecObjective()
     parts = dict.fromkeys(("sample", "forward", "backward", "optimizer"), 0.0)
+    batches = []
     for i in range(steps + 5):
         t = [time.perf_counter()]
         batch = next(sampler)
+        batches.append(batch)
         t.append(time.perf_counter())
         opt.zero_grad(set_to_none=True)
         out = objective(model, batch)
@@ -65,6 +86,10 @@ def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> d
         if i >= 5:
             for k, (a, b) in zip(parts, itertools.pairwise(t)):
                 parts[k] += (b - a) * 1000 / steps
+    t = time.perf_counter()
+    for batch in batches[5:]:
+        step_arithmetic(model, batch, cfg.lr)
+    parts["arithmetic"] = (time.perf_counter() - t) * 1000 / steps
     return {f"step_ms_{k}": round(v, 2) for k, v in parts.items()}
 
 
