@@ -27,7 +27,7 @@ def rates(words: Counter, known: set[str]) -> dict[str, float]:
             "oov_type_rate": len(oov) / max(len(words), 1)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     from genfeat.methods.elmo import load_elmo
     from genfeat.tasks import get_task, load_task
 
@@ -36,25 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "stsb"])
     p.add_argument("--splits", nargs="+", default=["train", "dev"])
     args = p.parse_args(argv)
-    try:
-        _, vocab, _ = load_elmo(args.checkpoint)
-        known = set(vocab.symbols)
-        out = {"checkpoint": args.checkpoint, "vocabulary": len(vocab)}
-        for task in args.tasks:
-            for split in args.splits:
-                raw = Counter(w for ex in load_task(get_task(task), split) for t in ex.texts for w in t.split())
-                lower = Counter()
-                for w, c in raw.items():
-                    lower[w.lower()] += c
-                words = Counter({w: c for w, c in lower.items() if any(ch.isalpha() for ch in w)})
-                out[f"{task}_{split}"] = {"as_written": rates(raw, known), "lowercased": rates(lower, known),
-                                          "lowercased_with_a_letter": rates(words, known)}
-        print(json.dumps(out))
-    except GenfeatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    _, vocab, _ = load_elmo(args.checkpoint)
+    known = set(vocab.symbols)
+    out = {"checkpoint": args.checkpoint, "vocabulary": len(vocab)}
+    for task in args.tasks:
+        for split in args.splits:
+            raw = Counter(w for ex in load_task(get_task(task), split) for t in ex.texts for w in t.split())
+            lower = Counter()
+            for w, c in raw.items():
+                lower[w.lower()] += c
+            words = Counter({w: c for w, c in lower.items() if any(ch.isalpha() for ch in w)})
+            out[f"{task}_{split}"] = {"as_written": rates(raw, known), "lowercased": rates(lower, known),
+                                      "lowercased_with_a_letter": rates(words, known)}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        main()
+    except GenfeatError as e:
+        sys.exit(f"error: {e}")
