@@ -159,6 +159,16 @@ def test_debug_recipe_runs_on_real_data(tmp_path):
     assert run["labelled"] == round(0.05 * 5928) and run["unlabelled_questions"] > 0
     assert run["steps"] == 4 + 2, "4 D steps, one G step after each 2"
     assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "metrics.jsonl").is_file()
+    # OUT/final: D is a hub architecture that scores as the run did; G loads as generate-questions loads it
+    from genfeat.hub import load_checkpoint
+    from genfeat.methods.question_gen import load_generator
+
+    d, vocab = load_checkpoint(tmp_path / "run" / "final" / "d")
+    assert type(d).__name__ == "GAReader" and not d.training
+    dev = load_gdan_data(GDANDataConfig(labelling_rate=0.05, wikitext=[]), seed=0).dev[:100]
+    assert score(d, dev, vocab, D_TRUE)["f1"] == run["dev_f1"]
+    g, g_vocab = load_generator(tmp_path / "run" / "final" / "g")
+    assert type(g).__name__ == "QuestionGenerator" and len(g_vocab) == len(vocab)
 
 
 @needs_data

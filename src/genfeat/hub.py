@@ -33,6 +33,8 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "finetune": ("genfeat.models.heads", "FineTuneConfig", "FineTuneModel"),
     # GDAN's question generator G (method: question_gen; genfeat generate-questions)
     "question_gen": ("genfeat.models.question_gen", "QuestionGenConfig", "QuestionGenerator"),
+    # GDAN's discriminator D, the gated-attention reader (method: gdan; OUT/final/d)
+    "ga_reader": ("genfeat.models.ga_reader", "GAReaderConfig", "GAReader"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {

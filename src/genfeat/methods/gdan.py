@@ -33,7 +33,10 @@ parameters of the best dev F1 are kept (model selection on dev only). The figure
 pseudo-questions, or the answer chunks G writes questions for), ``vocab``, ``steps`` (D and G steps of the
 training phase) and ``train_seconds`` (G's pretraining included); ``genfeat run --seeds N`` adds their means
 over seeds (``test_f1_mean`` ...). Output directory: ``OUT/g_mle`` (G's MLE pretraining log),
-``OUT/metrics.jsonl``, ``OUT/last`` (D and G with the vocabulary), ``OUT/results.json``.
+``OUT/metrics.jsonl``, ``OUT/last`` (D and G with the vocabulary, to resume), ``OUT/final/d`` (D, hub architecture
+``ga_reader``: ``genfeat.from_pretrained``) and ``OUT/final/g`` (G of the generator settings, architecture
+``question_gen``: ``genfeat generate-questions``), each with vocab.json and the recipe in config.json, and
+``OUT/results.json``.
 
 The thesis's D is larger (GloVe-initialised, character features) and G's questions come from 1M
 Wikipedia paragraphs; here both models start at random and the unlabelled text is SQuAD's unlabelled
@@ -60,9 +63,9 @@ from ..data.question_gen import QGBatch, answer_examples, collate_qg, reader_que
 from ..data.vocab import SymbolVocab
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
-from ..framework.checkpoint import resume_dir
+from ..framework.checkpoint import resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
-from ..hub import VOCAB_FILE
+from ..hub import VOCAB_FILE, checkpoint_config
 from ..io import write_json_atomic
 from ..models.ga_reader import GAReader, GAReaderConfig
 from ..models.question_gen import QuestionGenConfig
@@ -315,7 +318,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     out = Path(out_dir) if out_dir is not None else None
     resume_from = resume_dir(out / "last") if resume else None
-    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.cfg), "recipe": to_dict(cfg)}
+    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.config), "recipe": to_dict(cfg)}
     save_vocab = lambda d: vocab.save(Path(d) / VOCAB_FILE)  # noqa: E731
     t0 = time.time()
     if pretrain is not None and resume_from is None:
@@ -333,6 +336,8 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     figures = {"test_f1": test_scores["f1"], "test_em": test_scores["em"], "dev_f1": dev_scores["f1"],
                "dev_em": dev_scores["em"], "labelled": len(data.labelled), "unlabelled_questions": n_unl,
                "vocab": len(vocab), "steps": result.steps, "train_seconds": seconds}
-    if out is not None:
+    if out is not None and trainer.dist.is_main:
+        for name, module in model.items():
+            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, recipe=to_dict(cfg)), save_vocab)
         write_json_atomic(out / "results.json", figures)
     return figures

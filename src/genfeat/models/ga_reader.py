@@ -159,7 +159,7 @@ class GAReader(nn.Module):
         super().__init__()
         if cfg.vocab_size < 1:
             raise ValueError("GAReaderConfig.vocab_size must be set (>= 1) before building the model")
-        self.cfg = cfg
+        self.config = cfg
         h2 = 2 * cfg.hidden
         self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0)
         self.doc_grus = nn.ModuleList([BiGRU(cfg.embed_dim if k == 0 else h2, cfg.hidden) for k in range(cfg.layers)])
@@ -181,21 +181,21 @@ class GAReader(nn.Module):
         """
         n = paragraph.shape[1]
         if domain is not None:
-            tag = torch.where(domain.bool(), self.cfg.d_gen_id, self.cfg.d_true_id)
+            tag = torch.where(domain.bool(), self.config.d_gen_id, self.config.d_true_id)
             paragraph, paragraph_mask_t = append_tag(paragraph, paragraph_mask, tag)
             question, question_mask = append_tag(question, question_mask, tag)
         else:
             paragraph_mask_t = paragraph_mask
         x = self.drop(self.embed(paragraph))
         y = self.drop(self.embed(question))
-        for k in range(self.cfg.layers):
+        for k in range(self.config.layers):
             d = self.drop(self.doc_grus[k](x, paragraph_mask_t))
             q = self.drop(self.query_grus[k](y, question_mask))
-            if k < self.cfg.layers - 1:
+            if k < self.config.layers - 1:
                 x = gated_attention(d, q, question_mask)
         rows = torch.arange(q.shape[0], device=q.device)
         last = question_mask.sum(1) - 1
-        half = self.cfg.hidden
+        half = self.config.hidden
         summary = torch.cat([q[rows, last, :half], q[:, 0, half:]], -1)               # (b, 2h)
         d = d[:, :n]
         pad = ~paragraph_mask
