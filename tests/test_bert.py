@@ -76,8 +76,8 @@ def test_bad_input_and_config_are_refused():
         BertConfig(d_model=10, n_head=3)
     with pytest.raises(ValueError, match="pad_id"):
         BertConfig(n_token=5, pad_id=5)
-    with pytest.raises(ValueError, match="recompute=True needs activation 'relu'"):
-        PositionwiseFeedForward(8, 16, 0.0, recompute=True, activation="gelu")
+    with pytest.raises(ValueError, match="activation must be 'relu', 'gelu' or 'gelu_tanh', got 'swish'"):
+        PositionwiseFeedForward(8, 16, 0.0, recompute=True, activation="swish")
 
 
 def test_bf16_autocast_trains_close_to_fp32():

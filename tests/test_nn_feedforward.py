@@ -16,17 +16,18 @@ def run(block, x, seed):
     return [out.detach(), x.grad] + [p.grad for p in block.parameters()]
 
 
-def pair(p_drop, dtype=torch.float64):
+def pair(p_drop, dtype=torch.float64, activation="relu"):
     torch.manual_seed(0)
-    stored = PositionwiseFeedForward(6, 20, p_drop).to(dtype)
-    recomputed = PositionwiseFeedForward(6, 20, p_drop, recompute=True).to(dtype)
+    stored = PositionwiseFeedForward(6, 20, p_drop, activation=activation).to(dtype)
+    recomputed = PositionwiseFeedForward(6, 20, p_drop, recompute=True, activation=activation).to(dtype)
     recomputed.load_state_dict(stored.state_dict())
     return stored.train(), recomputed.train()
 
 
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
 @pytest.mark.parametrize("p_drop", [0.0, 0.5])
-def test_recompute_matches_stored_path(p_drop):
-    stored, recomputed = pair(p_drop)
+def test_recompute_matches_stored_path(p_drop, activation):
+    stored, recomputed = pair(p_drop, activation=activation)
     x = torch.randn(2, 7, 6, dtype=torch.float64)
     want, got = run(stored, x, seed=3), run(recomputed, x, seed=3)
     for a, b in zip(want, got):
@@ -35,7 +36,8 @@ def test_recompute_matches_stored_path(p_drop):
         assert not torch.allclose(run(recomputed, x, seed=4)[0], got[0])
 
 
-def test_recompute_keeps_no_inner_activation():
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_recompute_keeps_no_inner_activation(activation):
     def saved_bytes(block):
         seen = {}
 
@@ -48,14 +50,16 @@ def test_recompute_keeps_no_inner_activation():
             block(torch.randn(64, 6, dtype=torch.float64, requires_grad=True))
         return sum(n for ptr, n in seen.items() if ptr not in params)
 
-    stored, recomputed = pair(0.0)
+    stored, recomputed = pair(0.0, activation=activation)
     x_bytes, inner_bytes = 64 * 6 * 8, 64 * 20 * 8
-    assert saved_bytes(stored) >= x_bytes + inner_bytes
+    # autograd keeps ReLU's output, or GELU's input and output
+    assert saved_bytes(stored) >= x_bytes + inner_bytes * (1 if activation == "relu" else 2)
     assert saved_bytes(recomputed) == x_bytes  # the input only
 
 
-def test_recompute_under_bf16_autocast():
-    stored, recomputed = pair(0.0, torch.float32)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_recompute_under_bf16_autocast(activation):
+    stored, recomputed = pair(0.0, torch.float32, activation)
     x = torch.randn(4, 16, 6)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         want, got = run(stored, x, seed=0), run(recomputed, x, seed=0)

@@ -48,6 +48,7 @@ from ..config import Config
 from ..nn.adaptive import check_ids
 from ..nn.attention import RelativeMultiHeadAttention, sinusoid
 from ..nn.feedforward import PositionwiseFeedForward
+from ..nn.layer_norm import OutputSavingLayerNorm
 
 
 @dataclass
@@ -84,6 +85,11 @@ class XLNetConfig(Config):
     attends with negated relative distances (HF ``bi_data``); batches must have an even size."""
     checkpoint_layers: bool = False
     """Recompute each layer in the backward pass instead of storing its activations."""
+    recompute_ff: bool = True
+    """Keep only the feed-forward block's input for the backward pass and recompute its inner GELU
+    activation there (``genfeat.nn.feedforward``): 8 d_inner fewer bytes per row and layer (fp32),
+    for one more [rows, d] x [d, d_inner] product per layer in backward. The same function and
+    gradients either way."""
     nsp: bool = False
     """Add a next-sentence-prediction head (thesis Table 2.19 row "+ next-sent pred"): a pooler
     (dense + tanh) over the content state of the last position, ``<cls>``, and a 2-way classifier.
@@ -131,7 +137,8 @@ class XLNetLayer(nn.Module):
 
     Both streams use the same attention, feed-forward and layer-norm weights; each layer owns its
     biases u (``r_w_bias``), v (``r_r_bias``), the segment bias b (``r_s_bias``) and the segment
-    encodings s+, s- (``seg_embed``).
+    encodings s+, s- (``seg_embed``). The layer norms keep their outputs, which the next products
+    keep anyway, rather than their inputs for the backward pass (``genfeat.nn.layer_norm``).
     """
 
     def __init__(self, cfg: XLNetConfig):
@@ -141,9 +148,10 @@ class XLNetLayer(nn.Module):
         self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
         self.r_s_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
         self.seg_embed = nn.Parameter(torch.zeros(2, cfg.n_head, cfg.d_head))
-        self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
-        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, cfg.dropout, activation=cfg.ff_activation)
-        self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.attn_norm = OutputSavingLayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, cfg.dropout, recompute=cfg.recompute_ff,
+                                          activation=cfg.ff_activation)
+        self.ff_norm = OutputSavingLayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
         self.drop = nn.Dropout(cfg.dropout)
 
     def _attend(self, h: Tensor, pos: list[Tensor], mask: Tensor | None, seg_mat: Tensor | None,
@@ -321,12 +329,20 @@ class XLNetLMHeadModel(nn.Module):
 
     def _update_mems(self, hids: list[Tensor], mems: list[Tensor] | None) -> list[Tensor]:
         """Each layer's input over the first reuse_len positions, appended to the old memory; the
-        last mem_len positions are kept (stop-gradient)."""
+        last mem_len positions are kept (stop-gradient).
+
+        Each new memory is one contiguous [b, m', d] tensor: a slice of [memory, segment] (or of the
+        layer input, whose rows include the query stream) would keep the whole tensor it views
+        alive through the next segment, and the next segment's key and value product would copy
+        it again to flatten it (and keep that copy for its backward pass)."""
         cfg = self.config
         if cfg.mem_len <= 0:
             return []
         with torch.no_grad():
-            new = [hid[:, :cfg.reuse_len] if cfg.reuse_len is not None else hid for hid in hids]
-            if mems is not None:
-                new = [torch.cat([mem, cur], 1) for mem, cur in zip(mems, new)]
-            return [x[:, -cfg.mem_len:].detach() for x in new]
+            new = []
+            for i, hid in enumerate(hids):
+                cur = hid[:, :cfg.reuse_len] if cfg.reuse_len is not None else hid
+                if mems is not None and cur.shape[1] < cfg.mem_len:
+                    cur = torch.cat([mems[i][:, cur.shape[1] - cfg.mem_len:], cur], 1)
+                new.append(cur[:, -cfg.mem_len:].contiguous())
+            return new

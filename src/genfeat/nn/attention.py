@@ -70,6 +70,12 @@ def _mask_terms(mask: Tensor | None, dtype: torch.dtype) -> tuple[Tensor | None,
     return blocked, (~mask).to(dtype)
 
 
+def _is_prefix(h: Tensor, x: Tensor) -> bool:
+    """Whether h [b, n, d] is the view x[:, :n] of x [b, t, d] (n <= t)."""
+    return (h.dim() == x.dim() == 3 and h.shape[0] == x.shape[0] and h.shape[1] <= x.shape[1]
+            and h.shape[2] == x.shape[2] and h.data_ptr() == x.data_ptr() and h.stride() == x.stride())
+
+
 def _distance_index(rows: Tensor, klen: int, offset: int) -> Tensor:
     """Column ``offset - p + j`` [b, t, k] of the distance-indexed scores that query row at position p
     (``rows`` [b, t]) needs for key j: ``rel_shift`` for queries at arbitrary positions."""
@@ -106,8 +112,10 @@ class _RelativeAttentionCore(torch.autograd.Function):
 
     Keys and values come stacked as one kv [2, h, b, k, e] so that their gradient is written
     into one buffer (separate inputs would be stacked again by autograd's unbind backward).
-    Saves q, kv, r and the rows' log-sum-exp; the [t, k] probabilities are recomputed in
-    backward rather than stored, and the distance realignment is a strided view in both passes.
+    Saves q, kv, r, the boolean mask and the rows' log-sum-exp; the [t, k] probabilities and the
+    mask's additive and multiplicative forms are recomputed in backward rather than stored (the
+    boolean mask is the one tensor every layer shares; its float forms would be two per layer,
+    eight times its size), and the distance realignment is a strided view in both passes.
     Inputs use the head-major layout [h, b, ...] so one matmul per head covers the whole batch
     for the position terms and a [b, t, k] mask broadcasts over heads. With ``rows`` (the positions
     of queries that are not the last t in order) distances are realigned by a gather and their
@@ -129,14 +137,15 @@ class _RelativeAttentionCore(torch.autograd.Function):
                 keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p_drop)
                 prob.mul_(keep).mul_(1.0 / (1.0 - p_drop))
             out = torch.matmul(prob.to(v.dtype), v)                              # [h, b, t, e]
-        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, rows)
+        ctx.save_for_backward(q, u, w, kv, r, pos_bias, bias, mask, lse, keep, rows)
         ctx.offset, ctx.scale, ctx.p_drop = offset, scale, p_drop
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, u, w, kv, r, pos_bias, bias, blocked, allowed, lse, keep, rows = ctx.saved_tensors
+        q, u, w, kv, r, pos_bias, bias, mask, lse, keep, rows = ctx.saved_tensors
         k, v = kv.unbind(0)
+        blocked, allowed = _mask_terms(mask, accumulation_dtype(k.dtype))
         dkv = torch.empty_like(kv)
         scale, p_drop = ctx.scale, ctx.p_drop
         h, b, t, e = q.shape
@@ -320,6 +329,11 @@ class RelativeMultiHeadAttention(nn.Module):
         if query is h:
             # queries, keys and values of the segment from one product with the whole weight
             q, kv_h = F.linear(h, self.qkv.weight).split([heads * e, 2 * heads * e], -1)
+        elif _is_prefix(h, query):
+            # XLNet's content rows are the first n query rows: one product as well (keys and values
+            # of the other rows are computed and dropped), and no flattened copy of h kept for backward
+            q, kv = F.linear(query, self.qkv.weight).split([heads * e, 2 * heads * e], -1)
+            kv_h = kv[:, :n]
         else:
             q, kv_h = F.linear(query, w_q), F.linear(h, w_kv)
         if reuse:
