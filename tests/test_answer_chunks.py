@@ -141,6 +141,12 @@ def test_spacy_spans_come_from_the_cache_file_in_a_new_process(stand_in, monkeyp
     extract_many(["two.", "three.", "one."], cfg)
     assert stand_in.parsed == ["one.", "two.", "three."]
     assert len(json.loads(files[0].read_text())["spans"]) == 3
+    # another process added a paragraph to the file meanwhile: kept when this one writes
+    stored = json.loads(files[0].read_text())
+    stored["spans"]["other-process"] = [[0, 3, "noun_phrase"]]
+    files[0].write_text(json.dumps(stored))
+    extract_many(["four."], cfg)
+    assert {"other-process", answer_chunks._digest("four.")} <= set(json.loads(files[0].read_text())["spans"])
     # another model version is another file, parsed afresh
     monkeypatch.setattr(stand_in, "meta", {"version": "0.1"})
     extract_many(["one."], cfg)

