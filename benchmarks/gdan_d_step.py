@@ -43,7 +43,9 @@ def main() -> None:
     torch.set_num_threads(1)
     data = load_gdan_data(cfg.data, args.seed)
     vocab = build_vocab(data, cfg.min_freq)
-    model, _, phase, _ = build(cfg, data, vocab, args.seed)
+    built = build(cfg, data, vocab, args.seed)
+    model, phase = built[0], built[2]
+    collate = built[4] if len(built) > 4 else vocab        # D's collate (the code before 2026-11-23 had none)
     term = phase.terms()[0]
     optimizer = cfg.d_optim.build(model["d"].parameters())     # the trainer's (fused) Adam
     batches = [next(term.stream) for _ in range(args.steps + 1)]
@@ -69,7 +71,7 @@ def main() -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     losses = [step(b) for b in batches[1:]]
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    items = sum(int(b["question"].shape[0]) for b in batches[1:])
+    items = sum(int(b["start"].shape[0]) for b in batches[1:])
     result = {"recipe": args.recipe, "overrides": overrides, "steps": args.steps, "items": items,
               "cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "items_per_cpu_s": round(items / cpu, 2),
               "items_per_wall_s": round(items / wall, 2), **{f"{k}_cpu_s": round(v, 2) for k, v in parts.items()},
@@ -78,7 +80,7 @@ def main() -> None:
     if args.eval:
         dev = data.dev[:args.eval]
         cpu = time.process_time()
-        scores = score(model, dev, vocab, None, cfg.eval_batch, cfg.max_answer_words)
+        scores = score(model, dev, collate, None, cfg.eval_batch, cfg.max_answer_words)
         cpu = time.process_time() - cpu
         result.update(eval_items_per_cpu_s=round(len(dev) / cpu, 2), eval_f1=scores["f1"])
     print(json.dumps(result))

@@ -72,7 +72,7 @@ def _cfg(setting, **kw):
                                               ("context_domain", [D_TRUE, D_GEN])])
 def test_settings_build_their_terms(small, setting, domains):
     data, vocab = small
-    model, pretrain, phase, n_unl = build(_cfg(setting), data, vocab, seed=0)
+    model, pretrain, phase, n_unl, *_ = build(_cfg(setting), data, vocab, seed=0)
     assert pretrain is None and list(model) == ["d"]
     terms = phase.terms()
     assert [t.objective.domain for t in terms] == domains
@@ -89,7 +89,7 @@ def test_d_steps_fit_the_labelled_questions(small):
     data, vocab = small
     cfg = _cfg("sl", steps=40, d_optim={"name": "adam", "lr": 0.01})
     data.labelled = data.labelled[:16]
-    model, _, phase, _ = build(cfg, data, vocab, seed=0)
+    model, _, phase, *_ = build(cfg, data, vocab, seed=0)
     term = phase.terms()[0]
     batch = next(iter(term.stream))
 
@@ -115,7 +115,7 @@ def _gcfg(setting, **kw):
                                                        ("gen_gan", [D_TRUE, D_GEN], True)])
 def test_generator_settings_follow_algorithm_1(small, setting, domains, g_stage):
     data, vocab = small
-    model, pretrain, phase, n_chunks = build(_gcfg(setting, steps=6, t_d=3, t_g=2), data, vocab, seed=0)
+    model, pretrain, phase, n_chunks, *_ = build(_gcfg(setting, steps=6, t_d=3, t_g=2), data, vocab, seed=0)
     assert sorted(model) == ["d", "g"] and pretrain is not None and n_chunks > 0
     d_stage = phase.stages[0]
     assert [t.objective.domain for t in d_stage.terms] == domains and d_stage.repeat == 3
@@ -137,7 +137,7 @@ def test_rewards_are_d_log_likelihoods_with_the_setting_s_tag_and_sign(small):
 
     data, vocab = small
     cfg = _gcfg("gdan")
-    model, _, _, _ = build(cfg, data, vocab, seed=0)
+    model, *_ = build(cfg, data, vocab, seed=0)
     batch = collate_qg(unlabelled_answers(cfg, data, 0)[:4], vocab)
     questions = model.g.sample(*batch.model_inputs(), 7)
     qa = reader_batch(batch, questions, vocab)

@@ -35,6 +35,8 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "question_gen": ("genfeat.models.question_gen", "QuestionGenConfig", "QuestionGenerator"),
     # GDAN's discriminator D, the gated-attention reader (method: gdan; OUT/final/d)
     "ga_reader": ("genfeat.models.ga_reader", "GAReaderConfig", "GAReader"),
+    # GDAN's D initialised from a pretrained bert / xlnet encoder with a span head (method: gdan, d_init)
+    "span_reader": ("genfeat.models.span_reader", "SpanReaderConfig", "SpanReader"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {

@@ -32,6 +32,7 @@ Bad input raises :class:`~genfeat.errors.DataError` naming the file and record (
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
 import re
@@ -358,3 +359,117 @@ def context_questions(answers: Sequence[QAExample], window: int) -> list[QAExamp
         if question:
             out.append(replace(ex, question=question))
     return out
+
+
+class WindowEncoder:
+    """GDAN questions as a pretrained span reader D reads them (:class:`genfeat.models.span_reader.SpanReader`):
+    the backbone's pair input of the question and the paragraph, in windows.
+
+    A paragraph's words are tokenized with the backbone's tokenizer on the paragraph's own text (each word's
+    subwords found by character offsets); the question is its words joined by spaces, cut to ``max_query``
+    subwords, with the tokenizer's mask token appended when ``tagged`` (the slot of D's domain tag). A paragraph
+    longer than the room a window leaves is read in windows of that room whose starts are ``doc_stride``
+    subwords apart (at most the room, so every subword is in a window); each word is scored in the window
+    where min(subwords before it, subwords after it) is largest (the first such window on ties).
+
+    Args:
+        vocab: the backbone's tokenizer (WordPiece or sentencepiece, :func:`genfeat.hub.load_checkpoint`).
+        fmt: the backbone's :class:`~genfeat.tasks.transforms.InputFormat`.
+        max_len: tokens per window, special tokens included; doc_stride: subwords between window starts.
+    """
+
+    def __init__(self, vocab: Any, fmt: Any, max_len: int, doc_stride: int, max_query: int = 64, tagged: bool = False):
+        from .tokenizers import special_ids
+
+        self.vocab, self.fmt, self.max_len, self.doc_stride, self.max_query = vocab, fmt, max_len, doc_stride, max_query
+        self.tag_id = special_ids(vocab).get("mask") if tagged else None
+        if tagged and self.tag_id is None:
+            raise ConfigError("the backbone's tokenizer has no mask token to carry D's domain tag",
+                              "initialise D from a genfeat bert or xlnet checkpoint")
+        self._paragraphs: dict[tuple[str, int], tuple[list[int], list[int], list[int]]] = {}
+
+    def paragraph(self, p: Paragraph) -> tuple[list[int], list[int], list[int]]:
+        """Subword ids of the paragraph's words, and each word's first and last subword index (cached)."""
+        key = (p.uid, len(p.tokens))
+        if key not in self._paragraphs:
+            from ..tasks.transforms import tokenize_with_offsets
+
+            ids, offsets = tokenize_with_offsets(self.vocab, p.text[:p.offsets[-1][1]])
+            starts = [s for s, _ in offsets]
+            # a word's first subword is the first one starting at its first character (or else the one covering
+            # it), its last the last one starting before its end
+            first = []
+            for s, _ in p.offsets:
+                i = bisect.bisect_left(starts, s)
+                first.append(i if i < len(starts) and starts[i] == s else max(i - 1, 0))
+            last = [max(bisect.bisect_left(starts, e) - 1, f) for (_, e), f in zip(p.offsets, first)]
+            self._paragraphs[key] = (ids, first, last)
+        return self._paragraphs[key]
+
+    def question(self, words: Sequence[str]) -> list[int]:
+        from ..tasks.transforms import tokenize_with_offsets
+
+        ids = tokenize_with_offsets(self.vocab, " ".join(words))[0][:self.max_query] if words else []
+        return ids + ([self.tag_id] if self.tag_id is not None else [])
+
+    def collate(self, examples: Sequence[QAExample]) -> dict[str, torch.Tensor]:
+        """A batch: the windows ``input_ids``, ``attention_mask`` (1 at tokens), ``token_type_ids`` (w, L),
+        ``summary_index`` (w,) and ``context_mask`` (w, L, True at paragraph subwords); ``window_of`` (w,); per word
+        ``word_window``, ``word_first``, ``word_last`` and ``paragraph_mask`` (b, n); ``tag_position`` (w,) when
+        tagged; the answer words ``start``, ``end`` (b,)."""
+        fmt = self.fmt
+        packed, window_of, tag_pos, ctx_pos, ctx_len = [], [], [], [], []
+        n = max(len(ex.paragraph.tokens) for ex in examples)
+        word_window = torch.zeros(len(examples), n, dtype=torch.long)
+        word_first, word_last = torch.zeros_like(word_window), torch.zeros_like(word_window)
+        for b, ex in enumerate(examples):
+            ids, first, last = self.paragraph(ex.paragraph)
+            q = self.question(ex.question)
+            room = self.max_len - len(q) - fmt.n_special(2)
+            if room < 1:
+                raise ConfigError(f"windows of {self.max_len} tokens leave no room for the paragraph after a question "
+                                  f"of {len(q)} subwords", "raise d_max_len or lower d_max_query")
+            starts = [0]
+            while starts[-1] + room < len(ids):
+                starts.append(starts[-1] + min(self.doc_stride, room))
+            best = [None] * len(first)
+            for s in starts:
+                w = len(packed)
+                segs = [ids[s:s + room], q] if fmt.context_first else [q, ids[s:s + room]]
+                p = fmt.pack(segs)
+                c, qi = (0, 1) if fmt.context_first else (1, 0)
+                packed.append(p)
+                window_of.append(b)
+                tag_pos.append(p.starts[qi] + len(q) - 1)
+                ctx_pos.append(p.starts[c])
+                ctx_len.append(len(segs[c]))
+                for i, (f, l) in enumerate(zip(first, last)):
+                    if s <= f < s + room:        # a word longer than a window keeps the subwords that fit
+                        ctx = min(f - s, s + room - 1 - l)
+                        if best[i] is None or ctx > best[i]:
+                            best[i] = ctx
+                            word_window[b, i], word_first[b, i], word_last[b, i] = w, f - s, min(l, s + room - 1) - s
+        t = max(len(p.ids) for p in packed)
+        shift = [t - len(p.ids) if fmt.pad_left else 0 for p in packed]
+
+        def pad(values: list, fill) -> list:
+            extra = [fill] * (t - len(values))
+            return extra + values if fmt.pad_left else values + extra
+
+        offset = torch.tensor([shift[w] + ctx_pos[w] for w in range(len(packed))])
+        lengths = torch.tensor([len(ex.paragraph.tokens) for ex in examples])
+        positions = torch.arange(t)[None, :]
+        word_first += offset[word_window]
+        word_last += offset[word_window]
+        out = {"input_ids": torch.tensor([pad(p.ids, fmt.pad_id) for p in packed]),
+               "attention_mask": torch.tensor([pad([1] * len(p.ids), 0) for p in packed]),
+               "token_type_ids": torch.tensor([pad(p.types, fmt.pad_type) for p in packed]),
+               "summary_index": torch.tensor([p.summary + s for p, s in zip(packed, shift)]),
+               "context_mask": (positions >= offset[:, None]) & (positions < (offset + torch.tensor(ctx_len))[:, None]),
+               "window_of": torch.tensor(window_of), "word_window": word_window, "word_first": word_first,
+               "word_last": word_last,
+               "paragraph_mask": torch.arange(n)[None, :] < lengths[:, None],
+               "start": torch.tensor([ex.start for ex in examples]), "end": torch.tensor([ex.end for ex in examples])}
+        if self.tag_id is not None:
+            out["tag_position"] = torch.tensor([p + s for p, s in zip(tag_pos, shift)])
+        return out

@@ -38,6 +38,11 @@ over seeds (``test_f1_mean`` ...). Output directory: ``OUT/g_mle`` (G's MLE pret
 ``question_gen``: ``genfeat generate-questions``), each with vocab.json and the recipe in config.json, and
 ``OUT/results.json``.
 
+Beyond the thesis (its stated future work): with ``d_init`` naming a genfeat bert or xlnet checkpoint, D is that
+encoder with a span head (:class:`~genfeat.models.span_reader.SpanReader`; recipes ``sl_bert.yaml``,
+``gdan_bert.yaml``), reading the backbone's subwords in windows (:class:`~genfeat.data.gdan.WindowEncoder`), its
+domain tags learned embeddings on an extra token after the question; G, the data and the schedules are the same.
+
 The thesis's D is larger (GloVe-initialised, character features) and G's questions come from 1M
 Wikipedia paragraphs; here both models start at random and the unlabelled text is SQuAD's unlabelled
 articles plus WikiText-2 valid/test (:mod:`genfeat.data.gdan`).
@@ -49,7 +54,7 @@ import functools
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -57,17 +62,20 @@ from torch import Tensor, nn
 
 from ..config import Config, to_dict
 from ..data.answer_chunks import ChunkConfig
-from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, build_vocab, collate_qa,
+from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, WindowEncoder, build_vocab, collate_qa,
                          context_questions, load_gdan_data)
-from ..data.question_gen import QGBatch, answer_examples, collate_qg, reader_questions
+from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
 from ..data.vocab import SymbolVocab
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
-from ..hub import VOCAB_FILE, checkpoint_config
+from ..errors import ConfigError
+from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoint
 from ..io import write_json_atomic
 from ..models.ga_reader import GAReader, GAReaderConfig
+from ..models.heads import FineTuneConfig, HeadConfig
+from ..models.span_reader import SpanReader, SpanReaderConfig
 from ..models.question_gen import QuestionGenConfig
 from ..objectives.question_gen import QuestionGenReinforce
 from ..objectives.span_qa import D_GEN, D_TRUE, SpanQAObjective, read, reader, span_nll
@@ -129,6 +137,16 @@ class GDANRecipe(Config):
     max_unlabelled: int = 0
     """Use only the first this many unlabelled paragraphs (0: all; chunk extraction with spaCy took
     about 0.15 s per paragraph on the loaded 2-core VM)."""
+    d_init: str = ""
+    """Beyond the thesis: a genfeat bert or xlnet checkpoint (e.g. runs/bert_pretrain/final) whose encoder with a
+    span head is D (:class:`~genfeat.models.span_reader.SpanReader`) instead of the GA reader (``reader`` is
+    then unused); empty: the GA reader."""
+    d_max_len: int = 128
+    """Pretrained D: tokens per window (at most the backbone's positions; BERT's recipe has 128)."""
+    d_doc_stride: int = 64
+    """Pretrained D: subwords between the starts of a paragraph's windows."""
+    d_max_query: int = 32
+    """Pretrained D: questions are cut to this many subwords."""
     max_answer_words: int = 15
     """Longest predicted answer span in words."""
     eval_batch: int = 64
@@ -143,7 +161,8 @@ class GDANRecipe(Config):
 
     def __post_init__(self):
         for name in ("min_freq", "batch_size", "unlabelled_batch", "context_window", "chunks_per_paragraph",
-                     "max_answer_words", "eval_batch", "t_d", "t_g", "max_question_words", "bucket"):
+                     "max_answer_words", "eval_batch", "t_d", "t_g", "max_question_words", "bucket", "d_max_len",
+                     "d_doc_stride", "d_max_query"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if min(self.steps, self.max_unlabelled, self.max_eval, self.g_pretrain_steps) < 0:
@@ -164,11 +183,13 @@ def best_spans(start_logits: Tensor, end_logits: Tensor, max_words: int) -> tupl
 
 
 @torch.no_grad()
-def predict(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab, domain: int | None,
+def predict(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab | Callable, domain: int | None,
             batch: int = 64, max_words: int = 15) -> list[str]:
-    """D's answer text for each question (the paragraph's characters of the best word span). Questions are
-    read in batches of similar paragraph length (D's outputs do not depend on padding), answers returned in
-    the order of ``examples``."""
+    """D's answer text for each question (the paragraph's characters of the best word span). ``vocab``: the
+    GA reader's vocabulary (batches of :func:`~genfeat.data.gdan.collate_qa`) or D's collate function.
+    Questions are read in batches of similar paragraph length (D's outputs do not depend on padding),
+    answers returned in the order of ``examples``."""
+    collate = vocab if callable(vocab) else functools.partial(collate_qa, vocab=vocab)
     d = reader(model)
     was = d.training
     d.eval()
@@ -178,7 +199,7 @@ def predict(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab,
     for i in range(0, len(order), batch):
         ids = order[i:i + batch]
         chunk = [examples[j] for j in ids]
-        inputs = {k: v.to(device) for k, v in collate_qa(chunk, vocab).items()}
+        inputs = {k: v.to(device) for k, v in collate(chunk).items()}
         out = read(d, inputs, domain)
         starts, ends = best_spans(out.start_logits.float(), out.end_logits.float(), max_words)
         for j, ex, s, e in zip(ids, chunk, starts.tolist(), ends.tolist()):
@@ -187,16 +208,22 @@ def predict(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab,
     return texts
 
 
-def score(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab, domain: int | None,
+def score(model: nn.Module, examples: Sequence[QAExample], vocab: SymbolVocab | Callable, domain: int | None,
           batch: int = 64, max_words: int = 15) -> dict[str, float]:
     """SQuAD EM and F1 (fractions) of D's predictions against every gold answer."""
     s = squad_scores(predict(model, examples, vocab, domain, batch, max_words), [ex.answers for ex in examples])
     return {"em": s["exact_match"], "f1": s["squad_f1"]}
 
 
-def reader_batch(batch: QGBatch, questions: Tensor, vocab: SymbolVocab) -> dict[str, Tensor]:
+def reader_batch(batch: QGBatch, questions: Tensor, vocab: SymbolVocab, collate: Callable | None = None
+                 ) -> dict[str, Tensor]:
     """What D reads for G's questions [b, T] (extended ids) on the batch's paragraphs and answer chunks:
-    a :func:`genfeat.data.gdan.collate_qa` dict (G's paragraph ids are D's: OOV words as <unk>)."""
+    a :func:`genfeat.data.gdan.collate_qa` dict (G's paragraph ids are D's: OOV words as <unk>), or with
+    ``collate`` (a pretrained D's), that function's batch of the questions' words (copied words included)."""
+    if collate is not None:
+        examples = [replace(ex, question=tuple(question_words(row, oov, vocab)))
+                    for ex, row, oov in zip(batch.examples, questions.tolist(), batch.oov)]
+        return {k: v.to(questions.device) for k, v in collate(examples).items()}
     question, question_mask = reader_questions(questions, vocab)
     device = questions.device
     return {"paragraph": batch.src_ids, "paragraph_mask": batch.mask, "question": question,
@@ -209,8 +236,9 @@ class GeneratedStream:
     questions sampled from G's current parameters (Algorithm 1: D trains on what G writes now), as
     :func:`~genfeat.data.gdan.collate_qa` dicts. ``model`` is the method's container (G at ``model.g``)."""
 
-    def __init__(self, model: nn.ModuleDict, chunks: CollatedStream, vocab: SymbolVocab, max_len: int):
-        self.model, self.chunks, self.vocab, self.max_len = model, chunks, vocab, max_len
+    def __init__(self, model: nn.ModuleDict, chunks: CollatedStream, vocab: SymbolVocab, max_len: int,
+                 collate: Callable | None = None):
+        self.model, self.chunks, self.vocab, self.max_len, self.collate = model, chunks, vocab, max_len, collate
 
     def __iter__(self):
         return self
@@ -223,7 +251,7 @@ class GeneratedStream:
         g.eval()
         questions = g.sample(*batch.model_inputs(), self.max_len)
         g.train(was)
-        return reader_batch(batch, questions, self.vocab)
+        return reader_batch(batch, questions, self.vocab, self.collate)
 
     def state_dict(self) -> dict[str, Any]:
         return self.chunks.state_dict()
@@ -235,7 +263,7 @@ class GeneratedStream:
         self.chunks.shard(rank, world)
 
 
-def d_reward(model: nn.ModuleDict, vocab: SymbolVocab, setting: str):
+def d_reward(model: nn.ModuleDict, vocab: SymbolVocab, setting: str, collate: Callable | None = None):
     """G's REINFORCE reward from D (in evaluation mode), per generated example: gdan log P_D(a | p, q, d_true)
     (J(U_G, d_true, D)); gen_dual log P_D(a | p, q) (no tags); gen_gan −log P_D(a | p, q, d_gen)."""
     domain, sign = {"gdan": (D_TRUE, 1.0), "gen_dual": (None, 1.0), "gen_gan": (D_GEN, -1.0)}[setting]
@@ -244,7 +272,7 @@ def d_reward(model: nn.ModuleDict, vocab: SymbolVocab, setting: str):
         d = model.d
         was = d.training
         d.eval()
-        qa = reader_batch(batch, questions, vocab)
+        qa = reader_batch(batch, questions, vocab, collate)
         out = read(d, qa, domain)
         d.train(was)
         return -2.0 * sign * span_nll(out.start_logits, out.end_logits, qa["start"], qa["end"])
@@ -262,20 +290,53 @@ def paragraph_words(example: QAExample) -> int:
     return len(example.paragraph.tokens)
 
 
-def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tuple[nn.ModuleDict, Phase | None,
-                                                                                  Phase, int]:
-    """D (and G) in a ModuleDict (``d``, ``g``) and the schedule of ``cfg.setting``.
+class Built(NamedTuple):
+    """What :func:`build` makes."""
 
-    Returns:
-        (model, G's MLE pretraining phase or None, the training phase, number of unlabelled questions or chunks).
-    """
+    model: nn.ModuleDict
+    """D (``d``) and, in the generator settings, G (``g``)."""
+    pretrain: Phase | None
+    """G's MLE pretraining phase (generator settings)."""
+    phase: Phase
+    """The training phase of the setting."""
+    unlabelled: int
+    """Unlabelled questions (Context) or answer chunks (generator settings)."""
+    collate: Callable[[list[QAExample]], dict[str, Tensor]]
+    """D's batches of questions (:func:`predict`)."""
+    d_vocab: Any
+    """The vocabulary saved beside D: the word vocabulary, or a pretrained D's tokenizer."""
+
+
+def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool) -> tuple[nn.Module, Callable, Any]:
+    """D, its collate function and its vocabulary: the GA reader on ``vocab`` (:func:`collate_qa`), or with
+    ``cfg.d_init`` that checkpoint's encoder with a span head (:class:`SpanReader`, windows of
+    :class:`WindowEncoder`, the checkpoint's tokenizer)."""
+    if not cfg.d_init:
+        return GAReader(replace(cfg.reader, vocab_size=len(vocab))), functools.partial(collate_qa, vocab=vocab), vocab
+    backbone, tokenizer = load_checkpoint(cfg.d_init)
+    arch = architecture_of(backbone)
+    if arch not in ("bert", "xlnet") or tokenizer is None:
+        raise ConfigError(f"d_init '{cfg.d_init}' holds a {arch} model{'' if tokenizer else ' without a tokenizer'}",
+                          "initialise D from a genfeat bert or xlnet checkpoint with its vocab.json "
+                          "(e.g. runs/bert_pretrain/final)")
+    head = HeadConfig(kind="span", d_model=backbone.config.d_model, dropout=backbone.config.dropout)
+    d = SpanReader(SpanReaderConfig(FineTuneConfig(task="gdan", backbone=arch, head=head, max_len=cfg.d_max_len,
+                                                   doc_stride=cfg.d_doc_stride)), backbone)
+    encoder = WindowEncoder(tokenizer, d.model.input_format(tokenizer), cfg.d_max_len, cfg.d_doc_stride,
+                            cfg.d_max_query, tagged)
+    return d, encoder.collate, tokenizer
+
+
+def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> Built:
+    """D (and G) in a ModuleDict (``d``, ``g``) and the schedule of ``cfg.setting`` (:class:`Built`)."""
     torch.manual_seed(seed)
-    modules = {"d": GAReader(replace(cfg.reader, vocab_size=len(vocab)))}
+    tagged = cfg.setting in TAGGED_SETTINGS
+    d, collate, d_vocab = new_reader(cfg, vocab, tagged)
+    modules = {"d": d}
     if cfg.setting in GENERATOR_SETTINGS:
         modules["g"] = new_generator(cfg.generator, vocab)
     model = nn.ModuleDict(modules)
-    tagged = cfg.setting in TAGGED_SETTINGS
-    collate = functools.partial(collate_qa, vocab=vocab)
+    g_collate = None if not cfg.d_init else collate
     stream = functools.partial(CollatedStream, length=paragraph_words, bucket=cfg.bucket)
     terms = [Term(SpanQAObjective(D_TRUE if tagged else None), stream(data.labelled, collate, cfg.batch_size, seed=seed))]
     unl_name, n_unl, pretrain, stages = "qa_unl", 0, None, []
@@ -289,11 +350,11 @@ def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tup
         n_unl, unl_name = len(chunks), "qa_gen"
         collate_g = functools.partial(collate_qg, vocab=vocab, max_question_words=cfg.max_question_words)
         unl_stream = GeneratedStream(model, stream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 1),
-                                     vocab, cfg.max_question_words + 1)
+                                     vocab, cfg.max_question_words + 1, g_collate)
         pretrain = mle_phase(data.labelled, vocab, cfg.g_pretrain_steps, cfg.g_optim, cfg.batch_size, seed,
                              cfg.max_question_words, generator_attr="g")
         if cfg.setting in ADVERSARIAL_SETTINGS:
-            rl = QuestionGenReinforce(d_reward(model, vocab, cfg.setting), cfg.max_question_words + 1,
+            rl = QuestionGenReinforce(d_reward(model, vocab, cfg.setting, g_collate), cfg.max_question_words + 1,
                                       decay=cfg.baseline_decay, generator_attr="g")
             stages.append(Stage([Term(rl, stream(chunks, collate_g, cfg.unlabelled_batch, seed=seed + 2))],
                                 "g", cfg.t_g))
@@ -302,7 +363,7 @@ def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> tup
         terms.append(Term(SpanQAObjective(D_GEN if tagged else None, unl_name), unl_stream))
     stages.insert(0, Stage(terms, "d", cfg.t_d))
     steps = cfg.steps + (cfg.steps // cfg.t_d) * cfg.t_g * (len(stages) - 1)
-    return model, pretrain, Phase("train", steps, stages, optimizers), n_unl
+    return Built(model, pretrain, Phase("train", steps, stages, optimizers), n_unl, collate, d_vocab)
 
 
 @register_method("gdan", GDANRecipe)
@@ -310,10 +371,10 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         resume: bool = False) -> dict[str, float]:
     data = load_gdan_data(cfg.data, seed)
     vocab = build_vocab(data, cfg.min_freq)
-    model, pretrain, phase, n_unl = build(cfg, data, vocab, seed)
+    model, pretrain, phase, n_unl, collate, d_vocab = build(cfg, data, vocab, seed)
     domain = D_TRUE if cfg.setting in TAGGED_SETTINGS else None
     dev, test = data.dev[:cfg.max_eval or None], data.test[:cfg.max_eval or None]
-    evaluate = lambda m: {f"dev_{k}": v for k, v in score(m, dev, vocab, domain, cfg.eval_batch,  # noqa: E731
+    evaluate = lambda m: {f"dev_{k}": v for k, v in score(m, dev, collate, domain, cfg.eval_batch,  # noqa: E731
                                                            cfg.max_answer_words).items()}
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     out = Path(out_dir) if out_dir is not None else None
@@ -331,13 +392,15 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     seconds = time.time() - t0
     if result.interrupted:
         return {"steps": result.steps, "train_seconds": seconds, "interrupted": 1.0}
-    dev_scores = score(model, dev, vocab, domain, cfg.eval_batch, cfg.max_answer_words)
-    test_scores = score(model, test, vocab, domain, cfg.eval_batch, cfg.max_answer_words)
+    dev_scores = score(model, dev, collate, domain, cfg.eval_batch, cfg.max_answer_words)
+    test_scores = score(model, test, collate, domain, cfg.eval_batch, cfg.max_answer_words)
     figures = {"test_f1": test_scores["f1"], "test_em": test_scores["em"], "dev_f1": dev_scores["f1"],
                "dev_em": dev_scores["em"], "labelled": len(data.labelled), "unlabelled_questions": n_unl,
                "vocab": len(vocab), "steps": result.steps, "train_seconds": seconds}
     if out is not None and trainer.dist.is_main:
         for name, module in model.items():
-            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, recipe=to_dict(cfg)), save_vocab)
+            module_vocab = d_vocab if name == "d" else vocab
+            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, recipe=to_dict(cfg)),
+                            lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
         write_json_atomic(out / "results.json", figures)
     return figures

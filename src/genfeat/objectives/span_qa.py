@@ -4,7 +4,7 @@ start and end log-probabilities under D's softmaxes over the paragraph, with dom
 :func:`span_nll` is the loss per question, the mean of the start and end cross-entropies (the scaling of
 :class:`genfeat.objectives.task.TaskObjective`'s span loss, BERT §4.2; it is half of −log P(start) P(end),
 so it differs from the thesis's J only by a constant factor). :class:`SpanQAObjective` computes it on a
-batch of :func:`genfeat.data.gdan.collate_qa` with a fixed domain: d_true for human questions (J(L, d_true)),
+batch of D's collate function with a fixed domain: d_true for human questions (J(L, d_true)),
 d_gen for generated ones (J(U_G, d_gen)), none for the baselines without tags.
 """
 
@@ -34,9 +34,11 @@ def reader(model: nn.Module) -> nn.Module:
 
 
 def read(model: nn.Module, batch: Mapping[str, Any], domain: int | None):
-    """D's output on a QA batch, with every question tagged ``domain`` (None: no tag)."""
+    """D's output on a QA batch, with every question tagged ``domain`` (None: no tag). The batch's tensors but
+    the answer (``start``, ``end``) are D's inputs by name: :func:`genfeat.data.gdan.collate_qa`'s for the GA
+    reader, :meth:`genfeat.data.gdan.WindowEncoder.collate`'s for a pretrained span reader."""
     tags = None if domain is None else batch["start"].new_full(batch["start"].shape, domain)
-    return reader(model)(batch["paragraph"], batch["paragraph_mask"], batch["question"], batch["question_mask"], tags)
+    return reader(model)(**{k: v for k, v in batch.items() if k not in ("start", "end")}, domain=tags)
 
 
 class SpanQAObjective(Objective):
