@@ -66,7 +66,7 @@ def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> d
 
     model = Word2Vec(model_config(len(counts), cfg))
     sampler = WindowSampler(ids, sent, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample, cfg.ns_exponent,
-                            0, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss)
+                            0, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss, cfg.predicts)
     opt = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size).build(model.parameters())
     objective = Word2VecObjective()
     parts = dict.fromkeys(("sample", "forward", "backward", "optimizer"), 0.0)
@@ -111,6 +111,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--row-cap", type=float, default=128.0)
     ap.add_argument("--per-pair-negatives", action="store_true", help="genfeat draws K negatives per pair, not per window")
+    ap.add_argument("--predicts", choices=["context", "center"], default="context",
+                    help="genfeat skip-gram with shared negatives: the center word's vector scores the window (context) "
+                         "or each context word's vector scores the center (center, word2vec.c's order)")
     ap.add_argument("--lr", type=float, default=0.025)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--words", nargs="*", default=["bank", "fire", "money", "company", "music", "war"])
@@ -120,7 +123,7 @@ def main() -> None:
 
     cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, loss=args.loss, dim=args.dim, window=args.window,
                          negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
-                         batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, lr=args.lr, threads=args.genfeat_threads)
+                         batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, predicts=args.predicts, lr=args.lr, threads=args.genfeat_threads)
     sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
     load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -163,7 +166,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture, "loss": args.loss,
         "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
-        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives,
+        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives, "predicts": args.predicts,
         "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
         "steps_genfeat": steps, "seconds_genfeat": round(ours_s, 2), "seconds_gensim": round(theirs_s, 2),
         "words_per_s_genfeat": round(ours_wps), "words_per_s_gensim": round(theirs_wps),

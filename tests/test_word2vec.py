@@ -26,28 +26,29 @@ def _random_model(arch, v=12, d=6, seed=0, output="negative", sparse=False):
 
 
 def _sampler(arch="skipgram", n=400, v=12, window=3, negatives=4, batch=16, sample=0.0, seed=0, row_cap=0.0,
-             shared=True, output="negative"):
+             shared=True, output="negative", predicts="context"):
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, v, n)
     sentence = np.repeat(np.arange(n // 10 + 1), 10)[:n]
     counts = np.bincount(ids, minlength=v)
     sampler = WindowSampler(ids, sentence, counts, window, negatives, batch, sample, seed=seed, architecture=arch,
-                            row_cap=row_cap, shared_negatives=shared, output=output)
+                            row_cap=row_cap, shared_negatives=shared, output=output, predicts=predicts)
     return sampler, ids, sentence, counts
 
 
-@pytest.mark.parametrize("arch, row_cap, shared, output, sparse", [
-    ("skipgram", 0.0, True, "negative", False), ("cbow", 0.0, True, "negative", True),
-    ("skipgram", 20.0, True, "negative", True), ("cbow", 5.0, True, "negative", False),
-    ("skipgram", 20.0, False, "negative", True), ("skipgram", 5.0, True, "hierarchical", True),
-    ("cbow", 5.0, True, "hierarchical", False), ("skipgram", 0.0, True, "hierarchical", False)])
-def test_gradients_match_word2vec_updates(arch, row_cap, shared, output, sparse):
+@pytest.mark.parametrize("arch, row_cap, shared, output, sparse, predicts", [
+    ("skipgram", 0.0, True, "negative", False, "context"), ("cbow", 0.0, True, "negative", True, "context"),
+    ("skipgram", 20.0, True, "negative", True, "context"), ("cbow", 5.0, True, "negative", False, "context"),
+    ("skipgram", 20.0, False, "negative", True, "context"), ("skipgram", 5.0, True, "negative", True, "center"),
+    ("skipgram", 5.0, True, "hierarchical", True, "context"), ("cbow", 5.0, True, "hierarchical", False, "context"),
+    ("skipgram", 0.0, True, "hierarchical", False, "context")])
+def test_gradients_match_word2vec_updates(arch, row_cap, shared, output, sparse, predicts):
     """The model's closed-form backward pass equals word2vec.c's hand-written update: for each score
     s = u_t^T h_j with label l (1: a true target or branch 0; 0: a noise word or branch 1) and pair count c,
     g = c (σ(s) − l); u_t gets g h_j and h_j gets g u_t (CBOW: every window vector the whole of it); with
     the row cap each of these scaled by its lookup's factor. Dense and sparse gradients alike."""
     model = _random_model(arch, output=output, sparse=sparse)
-    batch = next(_sampler(arch, row_cap=row_cap, shared=shared, output=output)[0])
+    batch = next(_sampler(arch, row_cap=row_cap, shared=shared, output=output, predicts=predicts)[0])
     ones = lambda x: torch.ones(x.shape)
     in_scale = batch.get("input_grad_scale", ones(batch["inputs"])).numpy()
     out_scale = batch.get("target_grad_scale", ones(batch["targets"])).numpy()
@@ -213,6 +214,21 @@ def test_row_cap_counts_each_rows_pair_terms():
             for w, m, f in zip(batch["inputs"][r], batch["input_mask"][r], batch["input_grad_scale"][r]):
                 if m:
                     assert f == pytest.approx(min(1.0, cap / in_load[w]), rel=1e-6)
+
+
+def test_skipgram_predicting_the_center():
+    """predicts center: each context slot's vector h scores the center word (+1) and the K shared negatives (−1),
+    weighted 1 where the slot holds a word; per-pair negatives with it are refused."""
+    m, k = 3, 4
+    sampler, ids, _, _ = _sampler(window=m, negatives=k, batch=50, predicts="center")
+    batch = next(sampler)
+    assert batch["inputs"].shape == (50, 2 * m) and batch["targets"].shape == (50, 1 + k)
+    assert torch.equal(batch["targets"][:, 0], torch.from_numpy(ids[:50]))
+    assert (batch["sign"][:, 0] == 1).all() and (batch["sign"][:, 1:] == -1).all()
+    assert torch.equal(batch["weight"], batch["input_mask"].float().unsqueeze(2).expand(50, 2 * m, 1 + k))
+    assert float(batch["pairs"]) == float(batch["input_mask"].sum())
+    with pytest.raises(ConfigError, match="predicts"):
+        _sampler(shared=False, predicts="center")
 
 
 def test_per_pair_negatives():

@@ -71,6 +71,10 @@ class Word2VecRecipe(Config):
     """Skip-gram: one set of K negatives per center word, shared by its window's pairs (fast), or K per pair
     (false, word2vec.c's; about 3 times the time, and 3.76% against 2.04% on the analogies of
     docs/BENCHMARKS.md's PTB + WikiText-2 run)."""
+    predicts: Literal["context", "center"] = "context"
+    """Skip-gram with shared negatives: context (h = the center word's vector scores its window and the K
+    negatives, the lecture's P(w_{t+j} | w_t)) or center (h = each context word's vector scores the center word
+    and the K negatives, word2vec.c's and gensim's order; the hierarchical softmax always uses it)."""
     row_cap: float = 128.0
     """C: within one step a vector gets at most C pair updates' worth of gradient (genfeat.objectives.word2vec,
     batched SGD; 0: the plain sum, which diverges for large batches)."""
@@ -207,7 +211,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     torch.manual_seed(seed)
     model = Word2Vec(model_config(len(counts), cfg))
     sampler = WindowSampler(ids, sentence, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
-                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss)
+                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss, cfg.predicts)
     steps = steps or max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
     # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
     optim = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size, decay="linear", min_lr_ratio=cfg.min_lr / cfg.lr)

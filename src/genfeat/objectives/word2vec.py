@@ -242,6 +242,10 @@ class WindowSampler:
         shared_negatives: skip-gram: K negatives per center word shared by its window's pairs (default
             True), or K per pair (False, word2vec.c's; about 3 times the work).
         output: ``negative`` (negative sampling) or ``hierarchical`` (the Huffman tree's paths).
+        predicts: skip-gram with shared negatives: ``context`` (default: h = the center word's vector scores
+            its window and the negatives) or ``center`` (word2vec.c's and gensim's order, as the hierarchical
+            softmax always does: h = each context word's vector scores the center word and the K negatives,
+            which the window's pairs share).
     Yields:
         dict ``inputs`` (b, n) int64 and ``input_mask`` (b, n) bool, the words that make h (n = 1, the center
         word, for skip-gram with negative sampling; else n = 2m, the window); ``targets`` (b, T) int64 scored
@@ -259,7 +263,7 @@ class WindowSampler:
     def __init__(self, ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, window: int, negatives: int,
                  batch_size: int = 4096, sample: float = 1e-3, ns_exponent: float = 0.75, seed: int = 0,
                  architecture: str = "skipgram", row_cap: float = 0.0, shared_negatives: bool = True,
-                 output: str = "negative"):
+                 output: str = "negative", predicts: str = "context"):
         if len(ids) == 0:
             raise DataError("the corpus holds no word of the vocabulary", "train on a corpus with text in it")
         if window < 1:
@@ -277,6 +281,10 @@ class WindowSampler:
         self.cbow = architecture == "cbow"
         self.row_cap = row_cap
         self.per_pair = not shared_negatives and not self.cbow
+        if predicts not in ("context", "center") or (predicts == "center" and self.per_pair):
+            raise ConfigError(f"predicts is {predicts!r} with shared_negatives {shared_negatives}",
+                              "use predicts context or center, and center only with shared negatives")
+        self.predict_center = predicts == "center" and not self.cbow
         self.vocab_size = len(counts)
         self.tree = huffman_tree(counts) if output == "hierarchical" else None
         self.signs = self.tree.signs if self.tree is not None else None
@@ -321,10 +329,14 @@ class WindowSampler:
             neg[clash] = self.noise(rng, int(clash.sum()))
             clash = neg == centers[:, None]
         neg_sign = np.full(neg.shape, -1.0, np.float32)
-        if self.cbow:
+        if self.cbow or self.predict_center:
             sign = np.concatenate([np.ones((n, 1), np.float32), neg_sign], 1)
-            weight = np.repeat(nonempty, sign.shape[1], 1)[:, None]
-            return window, mask, np.concatenate([centers[:, None], neg], 1), sign, weight, float(nonempty.sum())
+            if self.cbow:
+                weight = np.repeat(nonempty, sign.shape[1], 1)[:, None]
+            else:  # (n, 2m, 1 + K): every context slot's h against the center word and the negatives
+                weight = np.repeat(mask[:, :, None], sign.shape[1], 2).astype(np.float32)
+            pairs = float(nonempty.sum() if self.cbow else size.sum())
+            return window, mask, np.concatenate([centers[:, None], neg], 1), sign, weight, pairs
         sign = np.concatenate([np.ones(mask.shape, np.float32), neg_sign], 1)
         neg_weight = np.repeat(mask, self.negatives, 1) if self.per_pair else np.broadcast_to(size, neg.shape)
         weight = np.concatenate([mask, neg_weight], 1).astype(np.float32)[:, None]
