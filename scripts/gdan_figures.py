@@ -124,7 +124,7 @@ def d_loss(args: argparse.Namespace) -> dict:
         ax.plot(xs, ys, marker="o", markersize=3, label=f"{label or setting} ({setting})")
         summary[label or setting] = {"first": ys[0], "last": ys[-1], "points": len(xs), "d_steps": xs[-1]}
     ax.set_xlabel("D training steps")
-    ax.set_ylabel(f"D loss on generated pairs ({args.key}, nats per question)")
+    ax.set_ylabel(f"D loss on generated pairs ({args.key}, nats per span end)")
     ax.set_title(args.title)
     ax.grid(alpha=0.3)
     ax.legend()
