@@ -11,8 +11,11 @@ The measurement follows benchmarks/txl_train_vs_hf.py, whose helpers it imports:
 rounds alternate ROUND_STEPS steps of each side in this process (tokens/s = median over rounds
 of batch x seq input tokens per second); peak memory is each side's peak resident set size in a
 fresh subprocess minus its size before the first step; matrix products of one step are recorded
-and genfeat's are replayed alone for ``speedup_bound_matmul_only``. genfeat with layer
-checkpointing (HF XLNet has none) is reported separately (``checkpointed_*``).
+and genfeat's are replayed alone for ``speedup_bound_matmul_only``. The headline figures are
+genfeat's defaults (``recompute_ff`` true: the feed-forward GELU activation is recomputed in
+backward). Reported separately: genfeat with ``recompute_ff`` false (``storeff_*``, timed in the
+same interleaved rounds) and with layer checkpointing (HF XLNet has none; ``checkpointed_*``, two
+rounds after them).
 
 Loss: on the first batch, fp32, same weights, no memory, the mean loss over the predicted tokens.
 
@@ -123,11 +126,19 @@ def loss_diff(hf, ours, x, inputs) -> float:
     return abs(float(losses[0]) - float(losses[1]))
 
 
+def use_variant(model, name: str) -> None:
+    """Switch genfeat's memory options for the side ``name`` (genfeat, genfeat-storeff, genfeat-ckpt)."""
+    model.config.checkpoint_layers = name == "genfeat-ckpt"
+    model.config.recompute_ff = name != "genfeat-storeff"
+    for layer in model.layers:
+        layer.ff.recompute = model.config.recompute_ff
+
+
 def memory_probe(which: str, precision: str) -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         hf, ours = build(Path(tmp))
-    ours.config.checkpoint_layers = which == "genfeat-ckpt"
+    use_variant(ours, which)
     side = Side("hf" if which == "hf" else "genfeat", hf if which == "hf" else ours, precision)
     del hf, ours
     data = batches(WARMUP + 3)
@@ -141,7 +152,7 @@ def memory_probe(which: str, precision: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-ckpt"])
+    parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"])
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
     if args.memory_probe:
@@ -155,30 +166,35 @@ def main() -> None:
         hf, ours = build(Path(tmp))
     data = batches(WARMUP + ROUNDS * ROUND_STEPS)
     diff = loss_diff(hf, ours, *data[0])
+    # the genfeat variants share one model, optimizer and memory; each timed chunk switches the options
     sides = {"hf": Side("hf", hf, args.precision), "genfeat": Side("genfeat", ours, args.precision)}
+    sides["genfeat-storeff"] = sides["genfeat-ckpt"] = sides["genfeat"]
 
     def timed(name: str, chunk) -> float:
+        if name != "hf":
+            use_variant(ours, name)
         t0 = time.perf_counter()
         for x, inputs in chunk:
             sides[name].step(x, inputs)
         return len(chunk) * B * T / (time.perf_counter() - t0)
 
-    for side in sides.values():
+    for side in (sides["hf"], sides["genfeat"]):
         for x, inputs in data[:WARMUP]:
             side.step(x, inputs)
-    recorded = {name: record_matmuls(sides[name], *data[WARMUP - 1]) for name in sides}
+    recorded = {name: record_matmuls(sides[name], *data[WARMUP - 1]) for name in ("hf", "genfeat")}
     matmul_ms = without_broadcast(recorded["genfeat"]).replay_ms("cpu")
-    rates: dict[str, list[float]] = {name: [] for name in sides}
+    names = ["hf", "genfeat", "genfeat-storeff"]
+    rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(ROUNDS):
         chunk = data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]
-        for name in (["hf", "genfeat"] if r % 2 == 0 else ["genfeat", "hf"]):
+        for name in names[r % 3:] + names[:r % 3]:
             rates[name].append(timed(name, chunk))
-    ours.config.checkpoint_layers = True
-    ckpt_rates = [timed("genfeat", data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]) for r in range(2)]
+    ckpt_rates = [timed("genfeat-ckpt", data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS])
+                  for r in range(2)]
     # glibc's dynamic mmap threshold would make the peak resident size measure allocator history
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     peaks = {}
-    for name in ("hf", "genfeat", "genfeat-ckpt"):
+    for name in ("hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"):
         proc = subprocess.run([sys.executable, __file__, "--memory-probe", name, "--precision", args.precision],
                               capture_output=True, text=True, check=True, env=env)
         peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
@@ -187,7 +203,9 @@ def main() -> None:
         "speedup": ours_tps / hf_tps, "memory_ratio": peaks["genfeat"] / peaks["hf"], "loss_abs_diff": diff,
         "speedup_bound_matmul_only": B * T / hf_tps * 1000 / matmul_ms,
         "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": peaks["genfeat"] / 1024,
-        "hf_peak_mb": peaks["hf"] / 1024, "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
+        "hf_peak_mb": peaks["hf"] / 1024,
+        "storeff_speedup": statistics.median(rates["genfeat-storeff"]) / hf_tps,
+        "storeff_memory_ratio": peaks["genfeat-storeff"] / peaks["hf"], "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
         "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"],
         "genfeat_matmul_mflop_per_token": recorded["genfeat"].flops() / (B * T) / 1e6,
         "hf_matmul_mflop_per_token": recorded["hf"].flops() / (B * T) / 1e6,
