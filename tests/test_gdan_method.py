@@ -191,3 +191,13 @@ def test_banded_best_spans_equal_the_brute_force_argmax():
             pairs = [(a, b) for a in range(11) for b in range(a, min(a + max_words, 11))]
             best = max(pairs, key=lambda p: (start[row, p[0]] + end[row, p[1]], -p[0], -p[1]))
             assert (s[row].item(), e[row].item()) == best
+
+
+def test_train_flags_on_a_recipe_keep_model_selection_on_dev():
+    """--train.* flags override single fields of the recipe's loop: dev-F1 model selection stays on (the recipes
+    write their train block out; without one, a flag rebuilt TrainConfig from its own defaults)."""
+    from genfeat.runner import load_recipe
+
+    for name in ("sl", "gdan", "sl_bert"):
+        _, cfg = load_recipe(ROOT / f"recipes/gdan/{name}.yaml", {"train.eval_every": 7})
+        assert (cfg.train.eval_every, cfg.train.keep_best, cfg.train.early_stop_metric) == (7, True, "dev_f1"), name
