@@ -67,6 +67,23 @@ def test_overrides_parse_yaml_scalars_and_nest():
         parse_overrides(["steps"])
 
 
+@dataclass
+class Method:
+    inner: Inner = field(default_factory=lambda: Inner(lr=0.5, mode="b"))
+    steps: int = 10
+
+
+def test_an_override_of_an_unwritten_section_keeps_the_methods_defaults_for_it():
+    # the recipe writes no 'inner': --inner.lr changes one field of the method's default section
+    cfg = from_dict(Method, apply_overrides({"steps": 3}, {"inner.lr": 0.1}, Method))
+    assert cfg.inner == Inner(lr=0.1, mode="b") and cfg.steps == 3
+    # a section the recipe writes is as written (fields it leaves out take the section class's defaults)
+    cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, {"inner.lr": 0.1}, Method))
+    assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="a")
+    # without the class: the bare section, as before
+    assert from_dict(Method, apply_overrides({}, {"inner.lr": 0.1})).inner == Inner(lr=0.1)
+
+
 def test_summarise_mean_sample_std_and_median():
     s = summarise([{"acc": 0.5}, {"acc": 0.7}, {"acc": 0.9}, {"acc": 0.55}])
     assert s["acc_mean"] == pytest.approx(0.6625)

@@ -250,18 +250,43 @@ def _scalar(raw: str) -> Any:
     return value
 
 
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set dotted keys of ``overrides`` into a copy of the nested mapping ``data``."""
+def _field_default(cls: Any, name: str) -> Any:
+    """The default of dataclass ``cls``'s init field ``name`` (its factory called), or None without one."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    for f in dataclasses.fields(cls):
+        if f.name == name and f.init:
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            return None if f.default is dataclasses.MISSING else f.default
+    return None
+
+
+def _init_dict(cfg: Any) -> dict[str, Any]:
+    """``to_dict`` of a config, init fields only (what ``from_dict`` accepts back)."""
+    return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], cls: Any = None) -> dict[str, Any]:
+    """Set dotted keys of ``overrides`` into a copy of the nested mapping ``data``.
+
+    With the config class ``cls``, a section on an override's path that ``data`` does not write
+    starts from that field's default in ``cls`` (a method's own ``train`` defaults, say), so that
+    ``--train.eval_every 0`` changes one field of it rather than replacing the whole section with
+    the section class's bare defaults.
+    """
     import copy
 
     data = copy.deepcopy(data)
     for dotted, value in overrides.items():
-        node = data
+        node, node_cls = data, cls
         parts = dotted.split(".")
         for part in parts[:-1]:
+            default = _field_default(node_cls, part)
+            node_cls = default if dataclasses.is_dataclass(default) else None
             child = node.get(part)
             if child is None:
-                child = node[part] = {}
+                child = node[part] = _init_dict(default) if node_cls is not None else {}
             if not isinstance(child, dict):
                 raise ConfigError(f"override '--{dotted}': '{part}' is a value, not a section",
                                   "override a field inside a section, e.g. --train.lr")

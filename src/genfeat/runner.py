@@ -58,10 +58,11 @@ def get_method(name: str) -> MethodSpec:
 
 def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> tuple[MethodSpec, Any]:
     """Read a recipe, apply ``overrides`` (dotted keys), and build the method's config."""
-    data = apply_overrides(load_yaml(path), overrides or {})
+    data = load_yaml(path)
     if "method" not in data:
         raise ConfigError(f"recipe '{path}' has no 'method' field", "start the recipe with e.g. 'method: transformer_xl'")
     method = get_method(str(data.pop("method")))
+    data = apply_overrides(data, overrides or {}, method.config_cls)
     return method, from_dict(method.config_cls, data)
 
 
