@@ -42,7 +42,9 @@ the same h = v_{w_t}, so the pairs' negative terms are equal and the window's lo
 the negatives of a window here are correlated across its pairs, but each pair's loss has the same
 expectation. ``shared_negatives=False`` draws K for every pair instead, as word2vec.c (skip-gram only;
 CBOW has one pair per window): on PTB + WikiText-2 that scored 3.76% on the analogies against 2.04% shared,
-at about 3 times the time (docs/BENCHMARKS.md). A negative equal to the center word is drawn again, as
+at about 3 times the time (docs/BENCHMARKS.md); ``predicts='center'`` keeps the K shared negatives but
+scores them against each context word's vector (word2vec.c's order), 3.67% there at about 1.3 times the step
+time. A negative equal to the center word is drawn again, as
 word2vec.c skips it. With the hierarchical softmax a skip-gram row scores the center word's path
 against each context word's input vector (word2vec.c's and gensim's order: one path a center word, 2m
 vectors h), a CBOW row against the window's mean.
@@ -318,10 +320,10 @@ class WindowSampler:
         size = mask.sum(1, keepdims=True).astype(np.float32)  # (n, 1) pairs of the window
         nonempty = np.minimum(size, 1.0)
         if self.tree is not None:
-            path = self.signs[centers] != 0  # (n, L)
+            sign = self.signs[centers]  # (n, L), 0 in the padding
             pairs = float(size.sum() if not self.cbow else nonempty.sum())
-            weight = (mask if not self.cbow else nonempty)[:, :, None] * path[:, None, :]
-            return window, mask, self.tree.points[centers], self.signs[centers], weight.astype(np.float32), pairs
+            weight = (mask if not self.cbow else nonempty)[:, :, None] * (sign != 0)[:, None, :]
+            return window, mask, self.tree.points[centers], sign, weight.astype(np.float32), pairs
         draws = self.negatives * (len(self.offsets) if self.per_pair else 1)
         neg = self.noise(rng, (n, draws))
         clash = neg == centers[:, None]
