@@ -20,7 +20,8 @@ rounds after them).
 Loss: on the first batch, fp32, same weights, no memory, the mean loss over the predicted tokens.
 
 Last stdout line: JSON with speedup, memory_ratio, loss_abs_diff, speedup_bound_matmul_only and
-the raw figures.
+the raw figures. ``--rounds`` / ``--round-steps`` shorten the timing (on a loaded machine) and
+``--no-memory`` skips the probes (memory figures null).
 """
 
 from __future__ import annotations
@@ -154,7 +155,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"])
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved timing rounds")
+    parser.add_argument("--round-steps", type=int, default=ROUND_STEPS, help="steps of each side per round")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip the memory probes (the *memory_ratio figures are then null)")
     args = parser.parse_args()
+    rounds, round_steps = args.rounds, args.round_steps
     if args.memory_probe:
         memory_probe(args.memory_probe, args.precision)
         return
@@ -164,7 +170,7 @@ def main() -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         hf, ours = build(Path(tmp))
-    data = batches(WARMUP + ROUNDS * ROUND_STEPS)
+    data = batches(WARMUP + rounds * round_steps)
     diff = loss_diff(hf, ours, *data[0])
     # the genfeat variants share one model, optimizer and memory; each timed chunk switches the options
     sides = {"hf": Side("hf", hf, args.precision), "genfeat": Side("genfeat", ours, args.precision)}
@@ -185,32 +191,37 @@ def main() -> None:
     matmul_ms = without_broadcast(recorded["genfeat"]).replay_ms("cpu")
     names = ["hf", "genfeat", "genfeat-storeff"]
     rates: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        chunk = data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS]
+    for r in range(rounds):
+        chunk = data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps]
         for name in names[r % 3:] + names[:r % 3]:
             rates[name].append(timed(name, chunk))
-    ckpt_rates = [timed("genfeat-ckpt", data[WARMUP + r * ROUND_STEPS: WARMUP + (r + 1) * ROUND_STEPS])
-                  for r in range(2)]
+    ckpt_rates = [timed("genfeat-ckpt", data[WARMUP + r * round_steps: WARMUP + (r + 1) * round_steps])
+                  for r in range(min(2, rounds))]
     # glibc's dynamic mmap threshold would make the peak resident size measure allocator history
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     peaks = {}
-    for name in ("hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"):
+    for name in () if args.no_memory else ("hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"):
         proc = subprocess.run([sys.executable, __file__, "--memory-probe", name, "--precision", args.precision],
                               capture_output=True, text=True, check=True, env=env)
         peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
     hf_tps, ours_tps = statistics.median(rates["hf"]), statistics.median(rates["genfeat"])
+    mb = {name: kb / 1024 for name, kb in peaks.items()}
+
+    def ratio(name: str) -> float | None:
+        return peaks[name] / peaks["hf"] if peaks else None
+
     print(json.dumps({
-        "speedup": ours_tps / hf_tps, "memory_ratio": peaks["genfeat"] / peaks["hf"], "loss_abs_diff": diff,
+        "speedup": ours_tps / hf_tps, "memory_ratio": ratio("genfeat"), "loss_abs_diff": diff,
         "speedup_bound_matmul_only": B * T / hf_tps * 1000 / matmul_ms,
-        "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": peaks["genfeat"] / 1024,
-        "hf_peak_mb": peaks["hf"] / 1024,
+        "genfeat_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "genfeat_peak_mb": mb.get("genfeat"),
+        "hf_peak_mb": mb.get("hf"),
         "storeff_speedup": statistics.median(rates["genfeat-storeff"]) / hf_tps,
-        "storeff_memory_ratio": peaks["genfeat-storeff"] / peaks["hf"], "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps,
-        "checkpointed_memory_ratio": peaks["genfeat-ckpt"] / peaks["hf"],
+        "storeff_memory_ratio": ratio("genfeat-storeff"),
+        "checkpointed_speedup": statistics.median(ckpt_rates) / hf_tps, "checkpointed_memory_ratio": ratio("genfeat-ckpt"),
         "genfeat_matmul_mflop_per_token": recorded["genfeat"].flops() / (B * T) / 1e6,
         "hf_matmul_mflop_per_token": recorded["hf"].flops() / (B * T) / 1e6,
         "genfeat_matmul_ms_per_step": matmul_ms, "genfeat_step_ms": B * T / ours_tps * 1000,
-        "hf_step_ms": B * T / hf_tps * 1000, "rounds": ROUNDS, "steps_per_round": ROUND_STEPS,
+        "hf_step_ms": B * T / hf_tps * 1000, "rounds": rounds, "steps_per_round": round_steps,
         "threads": torch.get_num_threads(), "torch": torch.__version__, "precision": args.precision}))
 
 

@@ -39,12 +39,12 @@ class _OutputLayerNorm(torch.autograd.Function):
     def backward(ctx, dy):
         y, weight, bias, rstd = ctx.saved_tensors
         xhat = (y - bias).div_(weight)
-        dw = (dy * xhat).flatten(0, -2).sum(0) if ctx.needs_input_grad[1] else None
-        db = dy.flatten(0, -2).sum(0) if ctx.needs_input_grad[2] else None
-        g = dy * weight
-        proj = (g * xhat).mean(-1, keepdim=True)
-        dx = g.sub_(g.mean(-1, keepdim=True)).sub_(xhat.mul_(proj)).mul_(rstd)
-        return dx, dw, db, None
+        # aten's fused backward with xhat as the input, mean 0 and rstd 1 gives dgamma, dbeta and
+        # dx / rstd (its xhat is then the recovered one); one scaling by the true rstd finishes dx
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            dy.contiguous(), xhat, (y.shape[-1],), torch.zeros_like(rstd), torch.ones_like(rstd), weight, bias,
+            [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+        return dx.mul_(rstd) if dx is not None else None, dw, db, None
 
 
 class OutputSavingLayerNorm(nn.LayerNorm):
