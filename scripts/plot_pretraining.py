@@ -76,7 +76,7 @@ def plot(curves: dict[str, dict], out: str | Path) -> Path:
         if c["train"]:
             train_ax.plot(*zip(*c["train"]), "-", linewidth=1.2, label=f"{name} ({c['train_key']})")
     valid_ax.set_title("held-out loss (the run's own objective)")
-    train_ax.set_title("training loss as logged (rows with NSP: plus the NSP loss)")
+    train_ax.set_title("training loss as logged (NSP rows: + NSP loss)")
     for ax in (valid_ax, train_ax):
         ax.set_xlabel("step")
         ax.set_ylabel("nats per predicted token")
