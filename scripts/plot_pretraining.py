@@ -102,20 +102,26 @@ def named_runs(specs: list[str]) -> dict[str, str]:
     return runs
 
 
+def plot_runs(specs: list[str], out: str, read, draw) -> int:
+    """The plotting scripts' main: ``read`` each NAME=RUN_DIR's curve, ``draw`` them all into ``out``, print
+    the points as JSON; 0, or 2 after one error line for bad input."""
+    try:
+        curves = {name: read(run_dir) for name, run_dir in named_runs(specs).items()}
+        draw(curves, out)
+    except GenfeatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": out, "curves": curves}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="NAME=RUN_DIR, one per curve")
     p.add_argument("--out", required=True, help="the PNG to write")
     p.add_argument("--train-key", help="the training record's loss field (default: the record's only loss)")
     args = p.parse_args(argv)
-    try:
-        curves = {name: read_curves(run_dir, args.train_key) for name, run_dir in named_runs(args.runs).items()}
-        plot(curves, args.out)
-    except GenfeatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({"out": args.out, "curves": curves}))
-    return 0
+    return plot_runs(args.runs, args.out, lambda run_dir: read_curves(run_dir, args.train_key), plot)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,10 @@ accuracy of every evaluation (genfeat.eval.zero_shot.read_zero_shot_curve). Prin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from genfeat.errors import ConfigError, GenfeatError
 from genfeat.eval.zero_shot import plot_zero_shot_curves, read_zero_shot_curve
+from plot_pretraining import plot_runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,19 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="+", help="NAME=RUN_DIR, one per curve")
     p.add_argument("--out", required=True, help="the PNG to write")
     args = p.parse_args(argv)
-    try:
-        curves = {}
-        for spec in args.runs:
-            name, sep, run_dir = spec.partition("=")
-            if not sep:
-                raise ConfigError(f"'{spec}' is not NAME=RUN_DIR", "name each run, e.g. transformer=runs/pretrain")
-            curves[name] = read_zero_shot_curve(run_dir)
-        plot_zero_shot_curves(curves, args.out)
-    except GenfeatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({"out": args.out, "curves": curves}))
-    return 0
+    return plot_runs(args.runs, args.out, read_zero_shot_curve, plot_zero_shot_curves)
 
 
 if __name__ == "__main__":
