@@ -50,6 +50,21 @@ def test_finetune_bilm_trains_the_biLM_too():
     assert model.backbone.tokens.embed.weight.grad is not None
 
 
+def test_a_frozen_biLM_reads_without_dropout_in_training_and_a_finetuned_one_with_it():
+    ids = torch.tensor([[[1, 2, 3, 4, 0]]])
+    mask, where = torch.ones_like(ids), torch.tensor([[4]])
+    for finetune_bilm in (False, True):
+        model = task_model(finetune_bilm=finetune_bilm)
+        model.backbone.drop.p = 0.5
+        model.train()
+        torch.manual_seed(1)
+        first = model(ids, mask, summary_index=where).logits
+        second = model(ids, mask, summary_index=where).logits
+        assert model.backbone.mix.training and model.head.training
+        assert model.backbone.forward_lstms.training == finetune_bilm
+        assert torch.equal(first, second) != finetune_bilm      # the head's dropout is 0: only the biLM's can differ
+
+
 def test_summary_is_the_mean_ELMo_vector_and_padding_changes_nothing():
     model = task_model()
     short = torch.tensor([[[1, 2, 4, 0]]])

@@ -261,6 +261,19 @@ class ElmoBiLM(nn.Module):
             self.config = dataclasses.replace(self.config, task_mix=True)
         return self.mix
 
+    def train(self, mode: bool = True) -> "ElmoBiLM":
+        """Set training mode; with frozen features (a task mix, ``finetune_bilm`` false) only the mix follows it.
+
+        The frozen biLM stays in eval mode, its dropout off, so the task reads the same deterministic
+        features in training as in evaluation (the paper's §3.3 use: the biLM is a fixed feature
+        extractor; regularisation is the task side's dropout on ELMo_k, the head's ``head_dropout``)."""
+        super().train(mode)
+        if self.mix is not None and not self.config.finetune_bilm:
+            for name, child in self.named_children():
+                if name != "mix":
+                    child.train(False)
+        return self
+
     def _direction(self, lstms: nn.ModuleList, x: Tensor) -> list[Tensor]:
         """Outputs of each layer of one direction's stack, [b, t, d] each (inputs right-padded)."""
         outs, h = [], x
