@@ -102,10 +102,18 @@ def test_scores_do_not_depend_on_the_batch_and_tags_matter(tokenizers, arch):
 
 
 @pytest.mark.skipif(not (DATA / "squad").is_dir(), reason="needs GENFEAT_DATA with squad/")
-def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monkeypatch):
+def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monkeypatch, capsys):
+    """The run, then each of its checkpoints with the loader meant for it: OUT/final/d with ``genfeat evaluate``,
+    OUT/g_mle/last, OUT/last and OUT/final/g with load_generator, OUT/final/g with ``genfeat generate-questions``."""
+    import json
+
+    from test_gdan_method import evaluate_cli
+
+    from genfeat.cli import main
     from genfeat.data.gdan import GDANDataConfig, load_gdan_data
     from genfeat.hub import load_checkpoint, save_pretrained
     from genfeat.methods.gdan import score
+    from genfeat.methods.question_gen import load_generator
     from genfeat.models.bert import BertConfig, BertForMaskedLM
     from genfeat.runner import run_recipe
 
@@ -122,3 +130,19 @@ def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monk
     encoder = WindowEncoder(d_vocab, d.model.input_format(d_vocab), 48, 24, 32, tagged=True)
     dev = load_gdan_data(GDANDataConfig(labelling_rate=0.05, wikitext=[]), seed=0).dev[:20]
     assert score(d, dev, encoder.collate, 0)["f1"] == out["dev_f1"]
+    run = tmp_path / "run"
+    # genfeat evaluate reads the span reader's windows and tag from the saved recipe: the run's figures
+    for split in ("dev", "test"):
+        code, result = evaluate_cli(run / "final" / "d", split, capsys, "--max-examples", "20")
+        assert code == 0 and (result["squad_f1"], result["exact_match"]) == (out[f"{split}_f1"], out[f"{split}_em"])
+    # every checkpoint holding G loads with load_generator, though D is a span reader; G's vocabulary is the words
+    gens = {name: load_generator(run / name) for name in ("g_mle/last", "last", "final/g")}
+    assert all(v.symbols == gens["final/g"][1].symbols for _, v in gens.values())
+    for a, b in zip(gens["last"][0].state_dict().values(), gens["final/g"][0].state_dict().values()):
+        assert torch.equal(a, b), "OUT/last and OUT/final/g hold the same G"
+    (tmp_path / "p.txt").write_text("Peyton Manning led the Denver Broncos to a win in Super Bowl 50 in 2016.\n")
+    code = main(["generate-questions", "--checkpoint", str(run / "final" / "g"), "--paragraphs",
+                 str(tmp_path / "p.txt"), "--out", str(tmp_path / "q.jsonl"), "--beam", "2", "--max-len", "5",
+                 "--chunks", "rules", "--json"])
+    records = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
+    assert code == 0 and records and all(r["answer"] and len(r["question"].split()) <= 5 for r in records)

@@ -149,9 +149,18 @@ def test_rewards_are_d_log_likelihoods_with_the_setting_s_tag_and_sign(small):
         torch.testing.assert_close(d_reward(model, vocab, setting)(batch, questions), sign * log_p)
 
 
-@needs_data
-def test_debug_recipe_runs_on_real_data(tmp_path):
-    out = run_recipe(ROOT / "recipes/gdan/debug.yaml", out_dir=tmp_path / "run", progress=False)
+@pytest.fixture(scope="module")
+def debug_run(tmp_path_factory):
+    """recipes/gdan/debug.yaml run once on real data: (its output directory, run_recipe's result)."""
+    if not (DATA / "squad").is_dir():
+        pytest.skip("needs GENFEAT_DATA with squad/")
+    os.environ["GENFEAT_DATA"] = str(DATA)
+    tmp_path = tmp_path_factory.mktemp("gdan_debug")
+    return tmp_path, run_recipe(ROOT / "recipes/gdan/debug.yaml", out_dir=tmp_path / "run", progress=False)
+
+
+def test_debug_recipe_runs_on_real_data(debug_run):
+    tmp_path, out = debug_run
     for key in ("test_f1_mean", "test_em_mean", "dev_f1_mean"):
         assert 0.0 <= out[key] <= 1.0
     assert out["seeds"] == [0] and out["seconds"] > 0
@@ -169,6 +178,41 @@ def test_debug_recipe_runs_on_real_data(tmp_path):
     assert score(d, dev, vocab, D_TRUE)["f1"] == run["dev_f1"]
     g, g_vocab = load_generator(tmp_path / "run" / "final" / "g")
     assert type(g).__name__ == "QuestionGenerator" and len(g_vocab) == len(vocab)
+    # OUT/g_mle/last holds G as MLE pretraining left it, before the REINFORCE steps changed it
+    g_mle, mle_vocab = load_generator(tmp_path / "run" / "g_mle" / "last")
+    assert mle_vocab.symbols == g_vocab.symbols
+    assert any(not torch.equal(a, b) for a, b in zip(g_mle.state_dict().values(), g.state_dict().values()))
+
+
+def evaluate_cli(checkpoint, split, capsys, *extra):
+    """``genfeat evaluate --task squad_split`` on a saved D: its exit status and JSON result (or stderr)."""
+    import json
+
+    from genfeat.cli import main
+
+    code = main(["evaluate", "--checkpoint", str(checkpoint), "--task", "squad_split", "--split", split, "--json",
+                 *extra])
+    captured = capsys.readouterr()
+    return code, (json.loads(captured.out.strip().splitlines()[-1]) if code == 0 else captured.err)
+
+
+def test_evaluate_scores_final_d_as_the_run_did(debug_run, tmp_path, capsys):
+    """``genfeat evaluate --checkpoint OUT/final/d --task squad_split`` gives the run's dev and test F1/EM (GA reader,
+    tagged setting: questions read with d_true), and refuses another split."""
+    import json
+
+    out_dir, out = debug_run
+    run = out["runs"][0]
+    final_d = out_dir / "run" / "final" / "d"
+    for split in ("dev", "test"):
+        code, result = evaluate_cli(final_d, split, capsys, "--max-examples", "100",
+                                    "--predictions", str(tmp_path / f"{split}.json"))
+        assert code == 0 and result["examples"] == 100
+        assert (result["squad_f1"], result["exact_match"]) == (run[f"{split}_f1"], run[f"{split}_em"]), split
+        predictions = json.loads((tmp_path / f"{split}.json").read_text())
+        assert len(predictions) == 100 and all(isinstance(v, str) for v in predictions.values())
+    code, err = evaluate_cli(final_d, "train", capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "split dev or test" in err
 
 
 @needs_data

@@ -337,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", default=None, help="LM: corpus[:split], a text file or a .npy of token ids")
     e.add_argument("--tgt-len", type=int, default=None, help="LM: segment length")
     e.add_argument("--mem-len", type=int, default=None, help="LM: memory length")
-    e.add_argument("--task", default=None, help="score a fine-tuned checkpoint on this task (genfeat.tasks.TASKS)")
+    e.add_argument("--task", default=None, help="score a fine-tuned checkpoint on this task (genfeat.tasks.TASKS); "
+                   "a GDAN run's OUT/final/d on squad_split (its run's dev and test articles)")
     e.add_argument("--split", default="dev", help="--task: the split to score (default dev)")
     e.add_argument("--predictions", default=None,
                    help="--task: write one prediction per example here (GLUE submission TSV; SQuAD JSON)")
@@ -417,8 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "form, or a text file with one paragraph per line); paragraphs without answers get "
                                    "answer chunks extracted (genfeat.data.answer_chunks). Writes one JSON object per "
                                    "question: id, paragraph_id, answer, answer_start, question, log_prob.")
-    q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen) "
-                   "or a GDAN run's OUT/last (method gdan, a setting with a generator)")
+    q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen, "
+                   "OUT/final/g of method gdan) or a GDAN run's OUT/last or OUT/g_mle/last (a setting with a generator)")
     q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")
     q.add_argument("--out", required=True, help="the JSONL file to write")
     q.add_argument("--beam", type=int, default=5)

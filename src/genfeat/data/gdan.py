@@ -191,11 +191,11 @@ def wikitext_paragraphs(split: str, min_words: int) -> list[Paragraph]:
     return out
 
 
-def load_gdan_data(cfg: GDANDataConfig, seed: int = 0) -> GDANData:
-    """The split of the module docstring; ``seed`` draws the labelled subset at ``cfg.labelling_rate``.
+def _squad_file(cfg: GDANDataConfig) -> tuple[Path, list[dict[str, Any]], dict[str, str]]:
+    """The SQuAD file of ``cfg``, its articles, and each paragraph's uid ``<article>:<paragraph>`` by its text.
 
     Raises:
-        DataError: a missing or malformed SQuAD file (naming the file and record).
+        DataError: a missing file or one that is not SQuAD's JSON.
     """
     path = Path(cfg.squad_file) if cfg.squad_file else resolve("squad_v1.1", "dev")
     if not path.is_file():
@@ -206,6 +206,27 @@ def load_gdan_data(cfg: GDANDataConfig, seed: int = 0) -> GDANData:
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"'{path}' is not a SQuAD file ({type(e).__name__}: {e})",
                         "pass a SQuAD v1.1 JSON file") from None
+    return path, articles, uid_of
+
+
+def evaluation_questions(cfg: GDANDataConfig, part: str) -> list[QAExample]:
+    """The ``dev`` or ``test`` questions of the split (as :func:`load_gdan_data` gives them), without reading
+    the training side (``genfeat evaluate`` of a saved D).
+
+    Raises:
+        DataError: a missing or malformed SQuAD file (naming the file and record).
+    """
+    path, _, uid_of = _squad_file(cfg)
+    return _questions(path, part, cfg.split_seed, uid_of)
+
+
+def load_gdan_data(cfg: GDANDataConfig, seed: int = 0) -> GDANData:
+    """The split of the module docstring; ``seed`` draws the labelled subset at ``cfg.labelling_rate``.
+
+    Raises:
+        DataError: a missing or malformed SQuAD file (naming the file and record).
+    """
+    path, articles, uid_of = _squad_file(cfg)
     train = squad_articles(len(articles), "train", cfg.split_seed)
     random.Random(cfg.split_seed).shuffle(train)
     n_unl = round(len(train) * cfg.unlabelled_share)

@@ -532,7 +532,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
 # ------------------------------------------------------------------------------------ genfeat evaluate
 def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predictions_file: str | Path | None = None,
                   batch_size: int = 64, device: str = "cpu", max_examples: int = 0, squad_seed: int = 0) -> dict[str, Any]:
-    """Score a fine-tuned checkpoint on a task split (``genfeat evaluate --task``).
+    """Score a fine-tuned checkpoint on a task split (``genfeat evaluate --task``). A GDAN discriminator
+    (``OUT/final/d`` of method gdan) is scored by :func:`genfeat.methods.gdan.evaluate_reader` instead.
 
     Returns:
         The task's metrics (none for an unlabelled split), ``examples``, ``truncated`` and ``seconds``.
@@ -540,9 +541,13 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
         CheckpointError: not a fine-tuned checkpoint, a head that cannot serve the task, a tokenizer that
             does not match the backbone.
     """
+    from ..framework.checkpoint import CONFIG_FILE, read_config
     from ..framework.trainer import resolve_device
     from ..tasks.predictions import write_predictions
+    from .gdan import READER_ARCHITECTURES, evaluate_reader
 
+    if (Path(checkpoint) / CONFIG_FILE).is_file() and read_config(checkpoint).get("architecture") in READER_ARCHITECTURES:
+        return evaluate_reader(checkpoint, task, split, predictions_file, batch_size, device, max_examples)
     t0 = time.time()
     target = resolve_device(device, "--device")
     model, vocab = load_checkpoint(checkpoint)

@@ -32,11 +32,18 @@ parameters of the best dev F1 are kept (model selection on dev only). The figure
 :func:`best_spans`, as fractions), ``labelled`` questions, ``unlabelled_questions`` (Context
 pseudo-questions, or the answer chunks G writes questions for), ``vocab``, ``steps`` (D and G steps of the
 training phase) and ``train_seconds`` (G's pretraining included); ``genfeat run --seeds N`` adds their means
-over seeds (``test_f1_mean`` ...). Output directory: ``OUT/g_mle`` (G's MLE pretraining log),
-``OUT/metrics.jsonl``, ``OUT/last`` (D and G with the vocabulary, to resume), ``OUT/final/d`` (D, hub architecture
-``ga_reader``: ``genfeat.from_pretrained``) and ``OUT/final/g`` (G of the generator settings, architecture
-``question_gen``: ``genfeat generate-questions``), each with vocab.json and the recipe in config.json, and
-``OUT/results.json``.
+over seeds (``test_f1_mean`` ...). Output directory, each checkpoint with vocab.json and the recipe in config.json:
+
+- ``OUT/g_mle`` (generator settings): G's MLE pretraining log and ``OUT/g_mle/last``, D (as built) and G after
+  pretraining, architecture ``gdan``: :func:`genfeat.methods.question_gen.load_generator` reads G from it;
+- ``OUT/metrics.jsonl`` and ``OUT/last``: D and G after training (the dev-selected parameters), architecture
+  ``gdan``, the word vocabulary: ``--resume`` and ``load_generator``;
+- ``OUT/final/d``: D, hub architecture ``ga_reader`` (or ``span_reader`` with ``d_init``, then with the backbone's
+  tokenizer): ``genfeat.load_checkpoint`` and ``genfeat evaluate --task squad_split --split dev|test``
+  (:func:`evaluate_reader`, the run's figures again);
+- ``OUT/final/g`` (generator settings): G, architecture ``question_gen``: ``load_generator`` and
+  ``genfeat generate-questions``;
+- ``OUT/results.json``.
 
 Beyond the thesis (its stated future work): with ``d_init`` naming a genfeat bert or xlnet checkpoint, D is that
 encoder with a span head (:class:`~genfeat.models.span_reader.SpanReader`; recipes ``sl_bert.yaml``,
@@ -60,32 +67,39 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import Config, to_dict
+from ..config import Config, from_dict, to_dict
 from ..data.answer_chunks import ChunkConfig
 from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, WindowEncoder, build_vocab, collate_qa,
-                         context_questions, load_gdan_data)
+                         context_questions, evaluation_questions, load_gdan_data)
 from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
 from ..data.vocab import SymbolVocab
+from ..errors import CheckpointError, ConfigError
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
-from ..framework.checkpoint import resume_dir, save_checkpoint
+from ..framework.checkpoint import read_config, resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
-from ..errors import ConfigError
 from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoint
 from ..io import write_json_atomic
 from ..models.ga_reader import GAReader, GAReaderConfig
 from ..models.heads import FineTuneConfig, HeadConfig
-from ..models.span_reader import SpanReader, SpanReaderConfig
 from ..models.question_gen import QuestionGenConfig
+from ..models.span_reader import SpanReader, SpanReaderConfig
 from ..objectives.question_gen import QuestionGenReinforce
 from ..objectives.span_qa import D_GEN, D_TRUE, SpanQAObjective, read, reader, span_nll
 from ..runner import register_method
+from ..tasks.catalog import get_task
+from ..tasks.predictions import write_predictions
 from .question_gen import mle_phase, new_generator
 
 Setting = Literal["sl", "context", "context_domain", "gen", "gen_gan", "gen_dual", "gen_domain", "gdan"]
 GENERATOR_SETTINGS = ("gen", "gen_gan", "gen_dual", "gen_domain", "gdan")
 ADVERSARIAL_SETTINGS = ("gen_gan", "gen_dual", "gdan")
 TAGGED_SETTINGS = ("context_domain", "gen_gan", "gen_domain", "gdan")
+READER_ARCHITECTURES = ("ga_reader", "span_reader")
+"""Hub architectures of a saved D (``OUT/final/d``): the GA reader, or a pretrained encoder's span reader (d_init)."""
+EVAL_TASK = "squad_split"
+"""The task ``genfeat evaluate`` scores a saved D on: its dev and test parts are the run's (the same seeded
+article split, :mod:`genfeat.data.gdan`)."""
 
 
 @dataclass
@@ -312,7 +326,8 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool) -> tuple[nn.Mo
     ``cfg.d_init`` that checkpoint's encoder with a span head (:class:`SpanReader`, windows of
     :class:`WindowEncoder`, the checkpoint's tokenizer)."""
     if not cfg.d_init:
-        return GAReader(replace(cfg.reader, vocab_size=len(vocab))), functools.partial(collate_qa, vocab=vocab), vocab
+        d = GAReader(replace(cfg.reader, vocab_size=len(vocab)))
+        return d, reader_collate(d, vocab, cfg, tagged), vocab
     backbone, tokenizer = load_checkpoint(cfg.d_init)
     arch = architecture_of(backbone)
     if arch not in ("bert", "xlnet") or tokenizer is None:
@@ -322,9 +337,17 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool) -> tuple[nn.Mo
     head = HeadConfig(kind="span", d_model=backbone.config.d_model, dropout=backbone.config.dropout)
     d = SpanReader(SpanReaderConfig(FineTuneConfig(task="gdan", backbone=arch, head=head, max_len=cfg.d_max_len,
                                                    doc_stride=cfg.d_doc_stride)), backbone)
-    encoder = WindowEncoder(tokenizer, d.model.input_format(tokenizer), cfg.d_max_len, cfg.d_doc_stride,
-                            cfg.d_max_query, tagged)
-    return d, encoder.collate, tokenizer
+    return d, reader_collate(d, tokenizer, cfg, tagged), tokenizer
+
+
+def reader_collate(d: nn.Module, vocab: Any, cfg: GDANRecipe, tagged: bool) -> Callable[[list[QAExample]], dict]:
+    """D's collate function: :func:`collate_qa` on the word vocabulary for the GA reader; for a
+    :class:`SpanReader`, :class:`WindowEncoder` windows of its tokenizer ``vocab`` (``cfg.d_max_len``,
+    ``d_doc_stride``, ``d_max_query``) with the tag token when ``tagged``."""
+    if not isinstance(d, SpanReader):
+        return functools.partial(collate_qa, vocab=vocab)
+    return WindowEncoder(vocab, d.model.input_format(vocab), cfg.d_max_len, cfg.d_doc_stride, cfg.d_max_query,
+                         tagged).collate
 
 
 def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> Built:
@@ -385,7 +408,8 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     if pretrain is not None and resume_from is None:
         # G's MLE pretraining has no dev figure of D to select on, so it runs in a trainer of its own
         g_cfg = replace(tcfg, eval_every=0, early_stop_metric=None, keep_best=False, patience=0, stop_after_steps=0)
-        Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle").fit()
+        Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle", checkpoint_config=ckpt,
+                save_extra=save_vocab).fit()
     trainer = Trainer(model, [phase], tcfg, evaluate, out, checkpoint_config=ckpt, save_extra=save_vocab,
                       resume_from=resume_from)
     result = trainer.fit()
@@ -404,3 +428,68 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
                             lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
         write_json_atomic(out / "results.json", figures)
     return figures
+
+
+def saved_recipe(path: str | Path) -> GDANRecipe:
+    """The recipe a gdan run saved in a checkpoint's config.json (``OUT/final/d``, ``OUT/final/g``, ``OUT/last``,
+    ``OUT/g_mle/last``).
+
+    Raises:
+        CheckpointError: the checkpoint holds no gdan recipe, or one this genfeat cannot read.
+    """
+    config = read_config(path)
+    if not isinstance(config.get("recipe"), dict) or "setting" not in config["recipe"]:
+        raise CheckpointError(f"checkpoint '{path}' has no gdan recipe in its config.json",
+                              "pass a directory written by a gdan run (OUT/final/d, OUT/final/g or OUT/last)")
+    try:
+        return from_dict(GDANRecipe, config["recipe"], "recipe")
+    except ConfigError as e:
+        raise CheckpointError(f"the recipe in checkpoint '{path}' is not a valid gdan recipe: {e.cause}",
+                              "evaluate it with the genfeat version that wrote it") from None
+
+
+def evaluate_reader(checkpoint: str | Path, task: str = EVAL_TASK, split: str = "dev",
+                    predictions_file: str | Path | None = None, batch_size: int = 64, device: str = "cpu",
+                    max_examples: int = 0) -> dict[str, Any]:
+    """``genfeat evaluate --checkpoint OUT/final/d --task squad_split --split {dev,test}``: SQuAD v1.1 EM and F1
+    of a saved D (GA reader or d_init span reader) on its run's dev or test questions, scored as the run scored
+    them (:func:`score`): the split is the one of the recipe saved in the checkpoint (``data.split_seed``,
+    ``data.squad_file``), spans are at most its ``max_answer_words`` long, a span reader reads its recipe's
+    windows, and every question carries the domain tag d_true when the run trained with tags (dev and test
+    questions are human questions; d_gen marks G's), none when it did not. With the run's own ``max_eval`` as
+    ``max_examples`` and its ``eval_batch`` as ``batch_size`` (64 by default in both) the figures are the run's
+    ``dev_f1`` / ``dev_em`` or ``test_f1`` / ``test_em``.
+
+    Args:
+        task: must be ``squad_split`` (the run's dev and test articles).
+        split: ``dev`` or ``test``.
+        predictions_file: write ``{question id: answer text}`` there (the official SQuAD evaluation's input).
+        max_examples: score the first N questions of the split, as the run's ``max_eval`` (0: all).
+    Returns:
+        ``exact_match`` and ``squad_f1`` (fractions), ``task``, ``split``, ``checkpoint``, ``examples``, ``seconds``.
+    Raises:
+        ConfigError: another task or split. CheckpointError: not a D written by a gdan run.
+    """
+    from ..framework.trainer import resolve_device
+    from ..hub import load_checkpoint
+
+    if task != EVAL_TASK or split not in ("dev", "test"):
+        raise ConfigError(f"a GDAN discriminator is scored on task {EVAL_TASK} split dev or test, not {task} {split}",
+                          f"pass --task {EVAL_TASK} --split dev (or test): its articles are the run's")
+    t0 = time.time()
+    cfg = saved_recipe(checkpoint)
+    d, vocab = load_checkpoint(checkpoint)
+    if architecture_of(d) not in READER_ARCHITECTURES or vocab is None:
+        raise CheckpointError(f"checkpoint '{checkpoint}' holds a {architecture_of(d)} model"
+                              f"{'' if vocab is not None else ' without its vocabulary'}, not a GDAN discriminator",
+                              "pass OUT/final/d of a gdan run")
+    tagged = cfg.setting in TAGGED_SETTINGS
+    examples = evaluation_questions(cfg.data, split)[:max_examples or None]
+    answers = predict(d.to(resolve_device(device, "--device")), examples, reader_collate(d, vocab, cfg, tagged),
+                      D_TRUE if tagged else None, batch_size, cfg.max_answer_words)
+    if predictions_file is not None:
+        write_predictions(get_task(task), examples, answers, predictions_file)
+    result: dict[str, Any] = dict(squad_scores(answers, [ex.answers for ex in examples]))
+    result.update({"task": task, "split": split, "checkpoint": str(checkpoint), "examples": len(examples),
+                   "seconds": time.time() - t0})
+    return result

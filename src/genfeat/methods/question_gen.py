@@ -273,14 +273,15 @@ def read_paragraphs(path: str | Path, chunks: ChunkConfig, per_paragraph: int = 
 
 def load_generator(path: str | Path) -> tuple[QuestionGenerator, SymbolVocab]:
     """G (in evaluation mode) and its vocabulary from a checkpoint directory: a ``question_gen`` checkpoint
-    (``OUT/final`` of this method) or a GDAN run's checkpoint (``OUT/last`` of method ``gdan`` with a generator
-    setting), where G is the ``g`` of the saved (D, G) pair.
+    (``OUT/final`` of this method, ``OUT/final/g`` of method ``gdan``) or a GDAN run's checkpoint of the
+    (D, G) pair (``OUT/last`` or ``OUT/g_mle/last`` of method ``gdan`` with a generator setting), where G is its
+    ``g``; the pair's D is rebuilt as the run built it (the GA reader, or with ``d_init`` the span reader) so
+    that the weights load strictly.
 
     Raises:
         CheckpointError: the directory is neither, or its weights or vocabulary do not fit.
     """
-    from ..hub import load_checkpoint
-    from ..models.ga_reader import GAReader, GAReaderConfig
+    from ..hub import build_model, load_checkpoint
     from .gdan import GENERATOR_SETTINGS
 
     config = read_config(path)
@@ -291,9 +292,11 @@ def load_generator(path: str | Path) -> tuple[QuestionGenerator, SymbolVocab]:
         raise CheckpointError(f"GDAN checkpoint '{path}' is of setting {recipe.get('setting')!r}, which has no "
                               "question generator", f"pass the checkpoint of a run with setting in {GENERATOR_SETTINGS}")
     if not (Path(path) / VOCAB_FILE).is_file():
-        raise CheckpointError(f"GDAN checkpoint '{path}' has no {VOCAB_FILE}", "pass OUT/last of a gdan run")
+        raise CheckpointError(f"GDAN checkpoint '{path}' has no {VOCAB_FILE}",
+                              "pass OUT/last or OUT/final/g of a gdan run")
     vocab = load_vocab(Path(path) / VOCAB_FILE)
-    pair = torch.nn.ModuleDict({"d": GAReader(from_dict(GAReaderConfig, config.get("reader"), "reader")),
+    d_arch = "span_reader" if recipe.get("d_init") else "ga_reader"
+    pair = torch.nn.ModuleDict({"d": build_model(d_arch, config.get("reader")),
                                 "g": new_generator(from_dict(QuestionGenConfig, recipe.get("generator"), "generator"),
                                                    vocab)})
     load_weights(path, pair)
