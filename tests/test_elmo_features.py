@@ -8,11 +8,14 @@ import pytest
 import torch
 
 from genfeat.data.chars import CharVocab
-from genfeat.hub import load_checkpoint
-from genfeat.methods.finetune import evaluate_task
+from genfeat.errors import ConfigError
+from genfeat.hub import build_model, load_checkpoint
+from genfeat.methods import finetune
+from genfeat.methods.finetune import FineTuneRecipe, build_model_and_vocab, evaluate_task
 from genfeat.models.elmo import ElmoBiLM, ElmoConfig, SpelledWordVocab
 from genfeat.models.heads import FineTuneConfig, FineTuneModel, HeadConfig
 from genfeat.runner import run_recipe
+from genfeat.tasks import get_task
 
 SST2 = Path(os.environ.get("GENFEAT_DATA", "../shared/data")) / "glue" / "SST-2"
 WORDS = ["<eos>", "the", "film", "is", "good", "bad", "not", "a", "plot"]
@@ -116,3 +119,24 @@ def test_sst2_recipe_fine_tunes_a_pretrained_elmo_and_leaves_the_biLM_frozen(tmp
     assert isinstance(vocab, SpelledWordVocab) and vocab.encode("a gorgeous film")[1] >= len(vocab)
     again = evaluate_task(tmp_path / "sst2" / "final", "sst2", max_examples=32)
     assert again["accuracy"] == result["dev_accuracy"]
+    # finetune_bilm: true in the recipe trains the biLM too, and its checkpoint rebuilds fine-tuned
+    run_recipe(Path(__file__).parents[1] / "recipes" / "elmo" / "sst2.yaml",
+               overrides={"init": str(tmp_path / "elmo" / "final"), "finetune_bilm": True, "data.max_train_examples": 32,
+                          "data.max_eval_examples": 32, "data.batch_size": 8, "steps": 2, "epochs": 0,
+                          "train.eval_every": 0, "keep_best": False},
+               out_dir=tmp_path / "sst2_ft", progress=False)
+    tuned, _ = load_checkpoint(tmp_path / "sst2_ft" / "final")
+    assert tuned.backbone.config.finetune_bilm
+    assert not torch.equal(pre.forward_lstms[0].weight_ih_l0, tuned.backbone.forward_lstms[0].weight_ih_l0)
+
+
+def test_finetune_bilm_needs_an_elmo_init(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="without an init"):
+        FineTuneRecipe(finetune_bilm=True, steps=1)
+    (tmp_path / "bert").mkdir()
+    bert = build_model("bert", {"n_token": 20, "d_model": 8, "n_layer": 1, "n_head": 2, "d_inner": 16})
+    monkeypatch.setattr(finetune, "load_checkpoint", lambda path: (bert, None))
+    monkeypatch.setattr(finetune, "check_vocab", lambda *args: None)
+    with pytest.raises(ConfigError, match="a bert model, not ELMo"):
+        build_model_and_vocab(FineTuneRecipe(init=str(tmp_path / "bert"), finetune_bilm=False, steps=1),
+                              get_task("sst2"), [], None)

@@ -122,6 +122,10 @@ class FineTuneRecipe(Config):
     """Config fields of the random backbone when ``init`` is None (n_token comes from the tokenizer)."""
     tokenizer: str | None = None
     """Tokenizer folder when ``init`` is None; None: train one on the task's training texts."""
+    finetune_bilm: bool | None = None
+    """ELMo backbones: train the biLM's weights too (Peters et al. 2018's fine-tuned use) instead of reading
+    frozen features (its §3.3 default); None keeps the checkpoint's own setting (frozen for a pretrained
+    biLM). Other backbones are always fine-tuned whole, so the field must stay None for them."""
     vocab_size: int = 4000
     """Size of the tokenizer trained when ``init`` and ``tokenizer`` are None."""
     data: FineTuneDataConfig = field(default_factory=FineTuneDataConfig)
@@ -146,6 +150,9 @@ class FineTuneRecipe(Config):
             raise ValueError(f"aux_lm_weight must be >= 0, got {self.aux_lm_weight}")
         if not 0.0 <= self.head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+        if self.finetune_bilm is not None and self.init is None:
+            raise ConfigError("finetune_bilm is set without an init checkpoint",
+                              "name a pretrained ELMo biLM as init (recipes/elmo/pretrain.yaml writes one)")
         if self.init is not None and (self.model or self.tokenizer):
             raise ConfigError("the recipe sets init and also model/tokenizer",
                               "drop model and tokenizer: the init checkpoint brings its own")
@@ -423,6 +430,11 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
             backbone = backbone.backbone
         arch = architecture_of(backbone)
         check_vocab(backbone, vocab, cfg.init)
+        if cfg.finetune_bilm is not None:
+            if arch != "elmo":
+                raise ConfigError(f"finetune_bilm is set but the init checkpoint is a {arch} model, not ELMo",
+                                  "drop finetune_bilm: every other backbone is fine-tuned whole")
+            backbone.config = replace(backbone.config, finetune_bilm=cfg.finetune_bilm)
     else:
         vocab = _train_vocab(cfg, [t for ex in train_examples for t in (*ex.texts, *ex.choices)], out_dir,
                              resume)
