@@ -111,9 +111,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--row-cap", type=float, default=128.0)
     ap.add_argument("--per-pair-negatives", action="store_true", help="genfeat draws K negatives per pair, not per window")
-    ap.add_argument("--predicts", choices=["context", "center"], default="context",
-                    help="genfeat skip-gram with shared negatives: the center word's vector scores the window (context) "
-                         "or each context word's vector scores the center (center, word2vec.c's order)")
+    ap.add_argument("--predicts", choices=["center", "context"], default="center",
+                    help="genfeat skip-gram with shared negatives: each context word's vector scores the center (center, "
+                         "word2vec.c's order, the recipe's default) or the center word's vector scores the window (context)")
     ap.add_argument("--lr", type=float, default=0.025)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--words", nargs="*", default=["bank", "fire", "money", "company", "music", "war"])

@@ -218,7 +218,7 @@ def test_row_cap_counts_each_rows_pair_terms():
 
 def test_skipgram_predicting_the_center():
     """predicts center: each context slot's vector h scores the center word (+1) and the K shared negatives (−1),
-    weighted 1 where the slot holds a word; per-pair negatives with it are refused."""
+    weighted 1 where the slot holds a word; a misspelt value is refused; per-pair negatives ignore it."""
     m, k = 3, 4
     sampler, ids, _, _ = _sampler(window=m, negatives=k, batch=50, predicts="center")
     batch = next(sampler)
@@ -228,7 +228,10 @@ def test_skipgram_predicting_the_center():
     assert torch.equal(batch["weight"], batch["input_mask"].float().unsqueeze(2).expand(50, 2 * m, 1 + k))
     assert float(batch["pairs"]) == float(batch["input_mask"].sum())
     with pytest.raises(ConfigError, match="predicts"):
-        _sampler(shared=False, predicts="center")
+        _sampler(predicts="centre")
+    # K negatives per pair: the center word's rows whatever predicts says
+    per_pair = next(_sampler(window=m, negatives=k, batch=50, shared=False, predicts="center")[0])
+    assert per_pair["inputs"].shape == (50, 1) and per_pair["targets"].shape == (50, 2 * m + 2 * m * k)
 
 
 def test_per_pair_negatives():
@@ -250,7 +253,7 @@ def test_dynamic_window_span_is_uniform():
     ids = np.arange(n) % 50
     sampler = WindowSampler(ids, np.zeros(n, np.int64), np.bincount(ids), m, 1, n - 2 * m, 0.0)
     sampler.offset = m  # no window touches the corpus ends
-    w = next(sampler)["weight"][:, 0, :2 * m].numpy() > 0
+    w = next(sampler)["input_mask"].numpy()  # the default rows predict the center: the inputs are the window
     span = np.abs(np.array([-4, -3, -2, -1, 1, 2, 3, 4]) * w).max(1)
     share = np.bincount(span, minlength=m + 1)[1:] / len(span)
     np.testing.assert_allclose(share, 1 / m, atol=0.02)

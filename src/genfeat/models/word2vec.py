@@ -8,11 +8,14 @@ the vectors u the h are scored against: with negative sampling one per word (syn
 with the hierarchical softmax one per inner node of the Huffman tree, V − 1 (syn1). A row of a batch
 scores its targets against k vectors h, s_{jt} = u_t^T h_j, where
 
-- skip-gram, negative sampling (the lecture's P(w_{t+j} | w_t)): k = 1, h = v_{w_t}, the center word's
-  input vector; the targets are the words of its window and its negatives;
+- skip-gram, negative sampling, predicting the center (the default; word2vec.c's and gensim's order):
+  k = n = 2m, h_j = v_{w_{t+j}}, each context word's input vector; the targets are the center word and
+  its negatives;
+- skip-gram, negative sampling, predicting the context (the lecture's P(w_{t+j} | w_t)): k = 1,
+  h = v_{w_t}, the center word's input vector; the targets are the words of its window and its negatives;
 - skip-gram, hierarchical softmax: k = n = 2m, h_j = v_{w_{t+j}}, each context word's input vector;
-  the targets are the inner nodes on the center word's path (word2vec.c's and gensim's order, which
-  predicts the center from each context word: one path a row instead of one a pair);
+  the targets are the inner nodes on the center word's path (the center-predicting order again: one path
+  a row instead of one a pair);
 - CBOW: k = 1, h = (1/|C|) Σ_{c∈C} v_c, the mean of the window's input vectors (gensim's ``cbow_mean=1``);
   the targets are the center word and its negatives, or the inner nodes on its path. As in
   word2vec.c and gensim, every v_c receives the whole gradient of h, not 1/|C| of it.
@@ -141,8 +144,8 @@ class Word2Vec(nn.Module):
         """Scores of the targets against the vectors h of each row.
 
         Args:
-            inputs: (b, n) ids whose input vectors make h (skip-gram: n = 1, the center word, or the n = 2m
-                window slots with the hierarchical softmax, each its own h; CBOW: the n = 2m window, averaged);
+            inputs: (b, n) ids whose input vectors make h (skip-gram: the n = 2m window slots, each its own h,
+                or n = 1, the center word, when it predicts the context; CBOW: the n = 2m window, averaged);
                 any id where ``input_mask`` is false.
             input_mask: (b, n) bool, true where the slot holds a word.
             targets: (b, T) ids of output vectors scored against h.

@@ -33,19 +33,30 @@ f(w) ≤ (3 + √5)/2 · s·T ≈ 2.62 s·T (:func:`keep_probability`).
 word is a center word whose window is the kept words within b positions of it in the same sentence,
 b ~ U{1..m} drawn per center word (the dynamic window: nearer words count more often). The K
 negatives of a center word are shared by all the pairs of its window (Ji et al. 2016, "Parallelizing
-Word2Vec in Shared and Distributed Memory"). In skip-gram every pair (w_t, w_{t+j}) of a window has
-the same h = v_{w_t}, so the pairs' negative terms are equal and the window's loss is
+Word2Vec in Shared and Distributed Memory"). A skip-gram pair (w_t, w_{t+j}) can be scored in two orders:
 
-    Σ_j −log σ(u_{w_{t+j}}^T v_{w_t}) − |window| · Σ_k log σ(−u_{w_k}^T v_{w_t}),
+- ``predicts='center'`` (the default; word2vec.c's and gensim's order): each context word's vector
+  h_j = v_{w_{t+j}} scores the center word and the K negatives,
 
-2m + K scores per center word instead of 2m·(K + 1). word2vec.c draws K negatives for every pair, so
-the negatives of a window here are correlated across its pairs, but each pair's loss has the same
-expectation. ``shared_negatives=False`` draws K for every pair instead, as word2vec.c (skip-gram only;
-CBOW has one pair per window): on PTB + WikiText-2 that scored 3.76% on the analogies against 2.04% shared,
-at about 3 times the time (docs/BENCHMARKS.md); ``predicts='center'`` keeps the K shared negatives but
-scores them against each context word's vector (word2vec.c's order), 3.67% there at about 1.3 times the step
-time. A negative equal to the center word is drawn again, as
-word2vec.c skips it. With the hierarchical softmax a skip-gram row scores the center word's path
+      Σ_j [−log σ(u_{w_t}^T v_{w_{t+j}}) − Σ_k log σ(−u_{w_k}^T v_{w_{t+j}})],
+
+  2m·(K + 1) scores per center word;
+- ``predicts='context'`` (the lecture's P(w_{t+j} | w_t)): every pair has the same h = v_{w_t}, so the
+  pairs' negative terms are equal and the window's loss is
+
+      Σ_j −log σ(u_{w_{t+j}}^T v_{w_t}) − |window| · Σ_k log σ(−u_{w_k}^T v_{w_t}),
+
+  2m + K scores per center word.
+
+word2vec.c draws K negatives for every pair, so the negatives of a window here are correlated across its
+pairs, but each pair's loss has the same expectation. With ``context`` the correlation lands on one pair
+of vectors: v_{w_t} and each negative's u get K draws' gradient |window| times over. On PTB + WikiText-2
+(docs/BENCHMARKS.md, seeds 0 and 1) ``context`` scored 1.9% on the analogies against 3.6-3.7% for
+``center`` and 3.7-4.2% for gensim, at about 0.75 of ``center``'s step time; drawing 2K shared negatives
+at weight |window|/2 instead raised ``context`` to 2.7% (seed 0), which points at the variance of the shared
+negatives. ``shared_negatives=False`` draws K for every pair instead, as word2vec.c (skip-gram only, in the
+``context`` rows; CBOW has one pair per window): 3.76% there at about 3 times ``context``'s time. A negative
+equal to the center word is drawn again, as word2vec.c skips it. With the hierarchical softmax a skip-gram row scores the center word's path
 against each context word's input vector (word2vec.c's and gensim's order: one path a center word, 2m
 vectors h), a CBOW row against the window's mean.
 
@@ -244,20 +255,23 @@ class WindowSampler:
         shared_negatives: skip-gram: K negatives per center word shared by its window's pairs (default
             True), or K per pair (False, word2vec.c's; about 3 times the work).
         output: ``negative`` (negative sampling) or ``hierarchical`` (the Huffman tree's paths).
-        predicts: skip-gram with shared negatives: ``context`` (default: h = the center word's vector scores
-            its window and the negatives) or ``center`` (word2vec.c's and gensim's order, as the hierarchical
-            softmax always does: h = each context word's vector scores the center word and the K negatives,
-            which the window's pairs share).
+        predicts: skip-gram with shared negatives (module docstring): ``center`` (default; word2vec.c's and
+            gensim's order, as the hierarchical softmax always does: h = each context word's vector scores the
+            center word and the K negatives, which the window's pairs share) or ``context`` (h = the center
+            word's vector scores its window and the negatives). With K negatives per pair the rows are the
+            ``context`` ones whatever this says.
     Yields:
         dict ``inputs`` (b, n) int64 and ``input_mask`` (b, n) bool, the words that make h (n = 1, the center
-        word, for skip-gram with negative sampling; else n = 2m, the window); ``targets`` (b, T) int64 scored
-        against h (skip-gram, negative: the 2m window slots then the K negatives, or 2m·K with K per pair,
-        slot by slot; CBOW, negative: the center word then the negatives; hierarchical: the inner nodes
-        of the center word's path);
+        word, for skip-gram with negative sampling predicting the context; else n = 2m, the window);
+        ``targets`` (b, T) int64 scored against h (skip-gram, negative, predicting the center, and CBOW,
+        negative: the center word then the K negatives; skip-gram, negative, predicting the context: the 2m
+        window slots then the K negatives, or 2m·K with K per pair, slot by slot; hierarchical: the inner
+        nodes of the center word's path);
         ``sign`` (b, T) float32, +1 for a true target or branch 0 and −1 for a noise word or branch 1;
         ``weight`` (b, k, T) float32, how many pairs the loss of score (h_j, target t) counts for (0 for an
-        empty slot or padding; skip-gram negatives: the window's size); k = 2m for skip-gram with the
-        hierarchical softmax (each context word its own h), else 1; ``pairs`` () float64, the batch's
+        empty slot or padding; skip-gram negatives predicting the context: the window's size); k = 2m for
+        skip-gram predicting the center or with the hierarchical softmax (each context word its own h), else
+        1; ``pairs`` () float64, the batch's
         (center, context) pairs (skip-gram) or non-empty windows (CBOW); with ``row_cap``,
         ``input_grad_scale`` (b, n) and ``target_grad_scale`` (b, T) float32.
     """
@@ -265,7 +279,7 @@ class WindowSampler:
     def __init__(self, ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, window: int, negatives: int,
                  batch_size: int = 4096, sample: float = 1e-3, ns_exponent: float = 0.75, seed: int = 0,
                  architecture: str = "skipgram", row_cap: float = 0.0, shared_negatives: bool = True,
-                 output: str = "negative", predicts: str = "context"):
+                 output: str = "negative", predicts: str = "center"):
         if len(ids) == 0:
             raise DataError("the corpus holds no word of the vocabulary", "train on a corpus with text in it")
         if window < 1:
@@ -283,10 +297,9 @@ class WindowSampler:
         self.cbow = architecture == "cbow"
         self.row_cap = row_cap
         self.per_pair = not shared_negatives and not self.cbow
-        if predicts not in ("context", "center") or (predicts == "center" and self.per_pair):
-            raise ConfigError(f"predicts is {predicts!r} with shared_negatives {shared_negatives}",
-                              "use predicts context or center, and center only with shared negatives")
-        self.predict_center = predicts == "center" and not self.cbow
+        if predicts not in ("context", "center"):
+            raise ConfigError(f"predicts is {predicts!r}", "use predicts center or context")
+        self.predict_center = predicts == "center" and not self.cbow and not self.per_pair
         self.vocab_size = len(counts)
         self.tree = huffman_tree(counts) if output == "hierarchical" else None
         self.signs = self.tree.signs if self.tree is not None else None
