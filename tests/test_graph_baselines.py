@@ -99,8 +99,8 @@ def test_short_feature_baseline_run_learns(monkeypatch):
 # information (tests/_graph_controls.py). Test accuracy measured on Cora at this code, seeds 0 / 1
 # (2-core AMD EPYC VM, torch 2.13.0+cpu; about 1-8 s a run): LP 0.715 / 0.715 vs 0.163 / 0.163 with
 # shuffled edges; GCN 0.805 / 0.797 vs 0.571 / 0.585 without edges (a GCN ignoring edges is an MLP);
-# SemiEmb 0.638 / 0.686 vs 0.516 / 0.569 shuffled; GraphEmb (on the word2vec skip-gram since 4649955; measured
-# at 8e1dccf) 0.675 / 0.668 vs 0.200 / 0.124 shuffled;
+# SemiEmb 0.638 / 0.686 vs 0.516 / 0.569 shuffled; GraphEmb (on the word2vec skip-gram since 4649955, predicting
+# the center since 3103edf; measured at 999d7b5) 0.693 / 0.675 vs 0.212 / 0.138 shuffled;
 # ManiReg with λ = 300 0.567 / 0.571 vs 0.459 / 0.418 shuffled (at the recipe's λ = 1 its graph term is
 # worth < 0.01 on this run: 0.547 vs 0.542, as RESULTS' ManiReg is within 0.01 of Feat). The floor and
 # the margin sit about halfway between.
