@@ -61,7 +61,7 @@ def test_alternating_steps_each_optimizer_on_its_own_parameters():
     torch.manual_seed(0)
     model = TwoHead()
     spec_a = OptimSpec(OptimConfig(name="sgd", lr=0.1), params=lambda m: m.head_a.parameters())
-    spec_b = OptimSpec(OptimConfig(name="sgd", lr=0.1), params=lambda m: m.head_b.parameters())
+    spec_b = OptimSpec(OptimConfig(name="sgd", lr=0.2), params=lambda m: m.head_b.parameters())
     phases = alternating([(Term(SquaredError("a"), make_stream()), 2, spec_a),
                           (Term(SquaredError("b"), make_stream()), 3, spec_b)], steps=7)
     phase = phases[0]
@@ -77,8 +77,16 @@ def test_alternating_steps_each_optimizer_on_its_own_parameters():
     phase.stages[0].terms[0].objective = Recorder("a")
     phase.stages[1].terms[0].objective = Recorder("b")
     a0, b0 = params_of(model.head_a), params_of(model.head_b)
-    Trainer(model, phases, TrainConfig(**QUIET)).fit()
+    trainer = Trainer(model, phases, TrainConfig(**QUIET))
+    logged = []
+    trainer._log = logged.append
+    trainer.fit()
     assert changed == ["a", "a", "b", "b", "b", "a", "a"]
+    steps = [r for r in logged if "phase_step" in r]                  # log_every 1: one record per step
+    assert [r["lr"] for r in steps] == [spec.config.lr_at(i, 7) for i, spec in
+                                        zip(range(7), [spec_a, spec_a, spec_b, spec_b, spec_b, spec_a, spec_a])]
+    assert all(r["lr/opt0"] == spec_a.config.lr_at(i, 7) and r["lr/opt1"] == spec_b.config.lr_at(i, 7)
+               for i, r in enumerate(steps))
     for k, v in params_of(model.trunk).items():
         assert torch.equal(v, trunk_before[k]), "the trunk belongs to neither optimizer and must not move"
     assert any(not torch.equal(v, a0[k]) for k, v in params_of(model.head_a).items())

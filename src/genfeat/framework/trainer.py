@@ -476,6 +476,9 @@ class Trainer:
                     sums = all_reduce_sum([x for k in keys for x in window[k]] + [window_items], self.dist)
                     elapsed = max(time.time() - window_t0, 1e-9)
                     record: dict[str, Any] = {"step": global_step, "phase": phase.name, "phase_step": done, "lr": lr}
+                    if len(phase.optimizers) > 1:  # "lr" is the last-stepped optimizer's; name each one's
+                        record.update({f"lr/{name}": spec.config.lr_at(step, phase.steps)
+                                       for name, spec in phase.optimizers.items()})
                     for i, k in enumerate(keys):
                         s, c = sums[2 * i], sums[2 * i + 1]
                         record[k] = s / max(c, 1.0)
