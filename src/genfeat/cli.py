@@ -278,8 +278,9 @@ def cmd_generate_questions(args: argparse.Namespace, extra: list[str]) -> None:
     _require(args, beam=(1, "pass --beam 1 (greedy) or more"), max_len=(1, "pass --max-len 1 or more"),
              per_paragraph=(0, "pass 0 (all chunks) or more"))
     _check_out_file(args.out)
+    cache = {} if args.chunk_cache is None else {"cache_dir": args.chunk_cache}
     result = generate_questions(args.checkpoint, args.paragraphs, args.out, beam=args.beam, max_len=args.max_len,
-                                chunks=ChunkConfig(backend=args.chunks), per_paragraph=args.per_paragraph,
+                                chunks=ChunkConfig(backend=args.chunks, **cache), per_paragraph=args.per_paragraph,
                                 seed=args.seed)
     _emit(result, args.json, f"wrote {result['questions']} questions for {result['paragraphs']} paragraphs to {args.out}")
 
@@ -426,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--max-len", type=int, default=30, help="longest question in words, </s> included")
     q.add_argument("--chunks", choices=["auto", "spacy", "rules"], default="auto",
                    help="answer-chunk extraction: spaCy when installed (auto), spaCy, or the rule-based fallback")
+    q.add_argument("--chunk-cache", metavar="DIR",
+                   help="folder where the spaCy backend keeps the parses of the paragraphs it read, so a later run "
+                        "reads them instead of parsing again (default: ChunkConfig.cache_dir, "
+                        "~/.cache/genfeat/answer_chunks; '' keeps them in memory only)")
     q.add_argument("--per-paragraph", type=int, default=0, help="at most N extracted answers per paragraph (0: all)")
     q.add_argument("--seed", type=int, default=0, help="seed of the per-paragraph draw")
     q.add_argument("--json", action="store_true")
