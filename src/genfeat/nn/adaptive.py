@@ -29,10 +29,24 @@ def _mm_into(dst: Tensor, a: Tensor, b: Tensor) -> None:
         dst.copy_(a @ b)
 
 
-def _onehot_minus_p(p: Tensor, rows: Tensor, col: Tensor, g: Tensor) -> Tensor:
+def _affine(h: Tensor, weight: Tensor, bias: Tensor | None, lo: int, hi: int, dt: torch.dtype) -> Tensor:
+    """h weight^T + bias[lo:hi] in dtype ``dt`` (weight already the rows lo:hi); no bias: the product alone,
+    which skips addmm's copy of the broadcast bias into the [n, hi - lo] result."""
+    if bias is None:
+        return h @ weight.to(dt).t()
+    return torch.addmm(bias[lo:hi].to(dt), h, weight.to(dt).t())
+
+
+def _onehot_minus_p_(p: Tensor, rows: Tensor, col: Tensor, g: Tensor) -> Tensor:
     """g * (onehot - p), the gradient of g * (z[col] - lse) with respect to z, for the ``rows`` whose
-    target column ``col`` lies in this buffer of probabilities ``p`` [n, V_i] (g [n])."""
-    grad = p * -g[:, None]
+    target column ``col`` lies in this buffer of probabilities ``p`` [n, V_i] (g [n]).
+
+    Written over ``p`` in place: the backward pass owns the saved probabilities and needs them for
+    nothing else, and a second [n, V_i] buffer would be fresh memory every step (above glibc's 32 MB
+    mmap threshold, e.g. [1,016, 10,000] fp32, it is page-faulted in anew each time). Autograd's
+    version check on saved tensors makes a second backward pass through the same graph fail loudly.
+    """
+    grad = p.mul_(-g[:, None])
     grad[rows, col] += g[rows]
     return grad
 
@@ -49,13 +63,13 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
     both): no concatenated weight or logit copy at the forward pass's memory peak, and the shortlist's
     product is s wide rather than s + C (BLAS is far slower at 2,002 than at 2,000 columns: 37-39 ms vs
     24-26 ms for 1,024 positions, d 256, one AMD EPYC thread). Saves each buffer's probabilities and
-    computes the gradient d log p / dz = onehot - p directly, without a zero-filled [n, V] gradient of
-    an indexing op; backward writes every cluster's weight gradient straight into its rows of one
-    [V, e] buffer (slicing a shared table under autograd would allocate and sum a zero-filled [V, e]
-    gradient per cluster).
+    computes the gradient d log p / dz = onehot - p directly over them, in place, without a zero-filled
+    [n, V] gradient of an indexing op or a second [n, V] buffer; backward writes every cluster's weight
+    gradient straight into its rows of one [V, e] buffer (slicing a shared table under autograd would
+    allocate and sum a zero-filled [V, e] gradient per cluster).
 
-    Shapes: hidden [n, e], weight [V, e], bias [V], cluster_weight [C, e], cluster_bias [C],
-    target [n] -> [n] in at least fp32.
+    Shapes: hidden [n, e], weight [V, e], bias [V] or None (no bias: plain products, no bias
+    gradient), cluster_weight [C, e], cluster_bias [C], target [n] -> [n] in at least fp32.
     """
 
     @staticmethod
@@ -71,11 +85,11 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
                 lo, hi = bounds[i], bounds[i + 1]
                 idx = ((target >= lo) & (target < hi)).nonzero(as_tuple=True)[0]
                 cols[idx] = s + i - 1
-                z = torch.addmm(bias[lo:hi].to(dt), h[idx], weight[lo:hi].to(dt).t()).to(acc)
+                z = _affine(h[idx], weight[lo:hi], bias, lo, hi, dt).to(acc)
                 picked = z.gather(1, (target[idx] - lo)[:, None])
                 picked.sub_(softmax_(z))
                 tails.append((idx, picked.squeeze(1), z))
-            short = torch.addmm(bias[:s].to(dt), h, weight[:s].to(dt).t()).to(acc)      # [n, s]
+            short = _affine(h, weight[:s], bias, 0, s, dt).to(acc)      # [n, s]
             if cluster_weight is None:
                 clusters = None
                 out = short.gather(1, cols[:, None])
@@ -102,27 +116,29 @@ class _SharedTableTargetLogProb(torch.autograd.Function):
         rows = torch.arange(len(cols), device=cols.device)
         with torch.autocast(h.device.type, enabled=False):
             dweight = torch.empty_like(weight)
-            dbias = torch.empty_like(bias)
+            dbias = None if bias is None or not ctx.needs_input_grad[2] else torch.empty_like(bias)
             in_short = cols < s
-            grad = _onehot_minus_p(short, rows[in_short], cols[in_short], dout)
+            grad = _onehot_minus_p_(short, rows[in_short], cols[in_short], dout)
             gh = grad.to(dt)
             dhidden = (gh @ weight[:s].to(dt)).to(short.dtype)
             _mm_into(dweight[:s], gh.t(), h)
-            dbias[:s] = grad.sum(0)
+            if dbias is not None:
+                dbias[:s] = grad.sum(0)
             dcw = dcb = None
             if clusters is not None:
-                grad = _onehot_minus_p(clusters, rows[~in_short], cols[~in_short] - s, dout)
+                grad = _onehot_minus_p_(clusters, rows[~in_short], cols[~in_short] - s, dout)
                 gh = grad.to(dt)
                 dhidden.add_((gh @ cluster_weight.to(dt)).to(short.dtype))
                 dcw = (gh.t() @ h).to(weight.dtype)
-                dcb = grad.sum(0).to(bias.dtype)
+                dcb = grad.sum(0).to(cluster_weight.dtype)
             for i in range(1, len(bounds) - 1):
                 lo, hi = bounds[i], bounds[i + 1]
                 idx, p = tail_saved[2 * (i - 1)], tail_saved[2 * (i - 1) + 1]
-                grad = _onehot_minus_p(p, rows[:len(idx)], target[idx] - lo, dout[idx])
+                grad = _onehot_minus_p_(p, rows[:len(idx)], target[idx] - lo, dout[idx])
                 gh = grad.to(dt)
                 _mm_into(dweight[lo:hi], gh.t(), h[idx])
-                dbias[lo:hi] = grad.sum(0)
+                if dbias is not None:
+                    dbias[lo:hi] = grad.sum(0)
                 dhidden.index_add_(0, idx, (gh @ weight[lo:hi].to(dt)).to(short.dtype))
         return dhidden.to(ctx.in_dtype), dweight, dbias, dcw, dcb, None, None
 
@@ -132,10 +148,8 @@ def full_target_log_prob(hidden: Tensor, weight: Tensor, target: Tensor, bias: T
     :class:`_SharedTableTargetLogProb`: the [n, V] logits become the probabilities in place and are
     the only [n, V] buffer kept for the backward pass (no separate log-softmax copy).
 
-    Shapes: hidden [n, e], weight [V, e], target [n], bias [V] (default zeros) -> [n] in at least fp32.
+    Shapes: hidden [n, e], weight [V, e], target [n], bias [V] (default none) -> [n] in at least fp32.
     """
-    if bias is None:
-        bias = hidden.new_zeros(weight.shape[0], dtype=weight.dtype)
     return _SharedTableTargetLogProb.apply(hidden, weight, bias, None, None, target, [0, weight.shape[0]])
 
 
