@@ -2,22 +2,22 @@
 
 Usage: GENFEAT_DATA=../shared/data python benchmarks/word2vec_vs_gensim.py [--corpus ptb:train wikitext2:valid wikitext2:test]
     [--architecture skipgram] [--loss negative] [--epochs 5] [--dim 100] [--window 5] [--negatives 5] [--min-count 5]
-    [--sample 1e-3] [--threads 2] [--genfeat-threads 1] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
+    [--sample 1e-3] [--threads 2] [--workers 2] [--genfeat-threads 1] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
 
 Both sides read the same sentences (genfeat.methods.word2vec.read_sentences) and build their vocabulary with
-the same min_count; gensim trains with ``--threads`` worker threads (default 2), genfeat with
-``--genfeat-threads`` torch intra-op threads (default 1: a second one makes its small operations slower,
-docs/BENCHMARKS.md); the same window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs;
+the same min_count; gensim trains with ``--threads`` worker threads (default 2), genfeat with ``--workers``
+Hogwild worker processes (default 2, the recipe field ``workers``) of ``--genfeat-threads`` torch intra-op
+threads each (default 1: a second one makes its small operations slower, docs/BENCHMARKS.md); the same window, negatives, dimension, subsampling, α 0.025 → 0.0001 and epochs;
 ``--loss hierarchical`` trains both with the hierarchical softmax (gensim ``hs=1, negative=0``). Both models are scored by
 genfeat.eval.word_vectors (equal to gensim's own evaluate_word_pairs / evaluate_word_analogies, see
 tests/test_word2vec.py): WordSim-353 Spearman and questions-words 3CosAdd accuracy (restricted to the first
 300,000 words, gensim's default). Training words/s = epochs × corpus words in the vocabulary (before
 subsampling) / training seconds, the same numerator for both; genfeat's training seconds are those of
-``fit_word2vec`` (model, sampler and optimizer set-up included; torch.optim's one-time import of
+``fit_word2vec`` (model, sampler and optimizer set-up and the workers' fork included; torch.optim's one-time import of
 torch._dynamo is paid before timing), gensim's those of ``Word2Vec.train`` (its vocabulary built before).
 Nearest-neighbour lists of ``--words`` are printed for both, and a genfeat step is timed part by part
-(``step_ms_sample`` / ``_forward`` / ``_backward`` / ``_optimizer``, beside ``step_ms_genfeat``, the whole
-step in the training loop), and ``step_ms_arithmetic`` is the step's tensor arithmetic alone on the same
+(``step_ms_sample`` / ``_forward`` / ``_backward`` / ``_optimizer``, in one process, beside ``step_ms_genfeat``,
+the whole step in the training loop: training seconds per step of one worker), and ``step_ms_arithmetic`` is the step's tensor arithmetic alone on the same
 batches (gathers, scores, closed-form gradients, index_add_; a bound on what a leaner eager step could reach).
 The last stdout line is JSON with speedup (genfeat words/s ÷ gensim's), spearman_genfeat, spearman_gensim,
 analogy_genfeat, analogy_gensim, the settings and the machine's 1-minute load average at the start and the end.
@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--sample", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=2, help="gensim's worker threads")
+    ap.add_argument("--workers", type=int, default=2, help="genfeat's Hogwild worker processes")
     ap.add_argument("--genfeat-threads", type=int, default=1,
                     help="torch intra-op threads of genfeat (1 is faster than 2 for word2vec's small operations)")
     ap.add_argument("--batch-size", type=int, default=1024)
@@ -123,7 +124,8 @@ def main() -> None:
 
     cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, loss=args.loss, dim=args.dim, window=args.window,
                          negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
-                         batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, predicts=args.predicts, lr=args.lr, threads=args.genfeat_threads)
+                         batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, predicts=args.predicts, lr=args.lr, threads=args.genfeat_threads,
+                         workers=args.workers)
     sim_file, ana_file = gensim_test_file("wordsim353.tsv"), gensim_test_file("questions-words.txt")
     load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -166,7 +168,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture, "loss": args.loss,
         "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
-        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives, "predicts": args.predicts,
+        "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "workers": args.workers, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives, "predicts": args.predicts,
         "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
         "steps_genfeat": steps, "seconds_genfeat": round(ours_s, 2), "seconds_gensim": round(theirs_s, 2),
         "words_per_s_genfeat": round(ours_wps), "words_per_s_gensim": round(theirs_wps),
@@ -174,7 +176,7 @@ def main() -> None:
         "spearman_genfeat": round(ours["spearman"], 4), "spearman_gensim": round(theirs["spearman"], 4),
         "analogy_genfeat": round(ours["analogy"], 4), "analogy_gensim": round(theirs["analogy"], 4),
         "similarity_pairs": ours["similarity_pairs"], "analogy_questions": ours["analogy_questions"],
-        "step_ms_genfeat": round(ours_s * 1000 / steps, 2), **breakdown,
+        "step_ms_genfeat": round(ours_s * 1000 * args.workers / steps, 2), **breakdown,
         "load_1min_start_end": [load_start, os.getloadavg()[0]]}))
 
 

@@ -3,14 +3,17 @@ subsampling distributions, the windows, export to the word2vec formats (read bac
 installed) and a tiny corpus whose related words end up closer than unrelated ones."""
 
 import heapq
+import math
+import os
 
 import numpy as np
 import pytest
 import torch
 
-from genfeat.errors import ConfigError, DataError
+from genfeat.errors import ConfigError, DataError, GenfeatError
 from genfeat.eval.word_vectors import analogy_accuracy, word_similarity
-from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec
+from genfeat.methods import word2vec as w2v_method
+from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, corpus_shards, encode_sentences, fit_word2vec
 from genfeat.models.word2vec import Word2Vec, Word2VecConfig, nearest_neighbours, save_word2vec_format
 from genfeat.objectives.word2vec import (WindowSampler, Word2VecObjective, huffman_tree, keep_probability,
                                          noise_distribution)
@@ -326,6 +329,69 @@ def test_related_words_end_up_closer(arch, loss):
     assert all(w.startswith("a") for w in near), near
 
 
+def test_corpus_shards_cut_at_sentence_starts():
+    sentence = np.repeat(np.arange(10), 7)  # 70 words, 10 sentences of 7
+    shards = corpus_shards(sentence, 3)
+    assert shards[0][0] == 0 and shards[-1][1] == 70
+    assert all(a[1] == b[0] for a, b in zip(shards, shards[1:]))
+    assert [a for a, _ in shards[1:]] == [21, 42]  # 23 and 46 moved back to their sentences' starts
+    assert corpus_shards(np.zeros(10, np.int64), 3) == [(0, 3), (3, 6), (6, 10)]  # one sentence: cut inside it
+    with pytest.raises(ConfigError, match="3 words in the vocabulary for 4 workers"):
+        corpus_shards(np.arange(3), 4)
+
+
+def test_sampler_streams():
+    """Stream 0 draws what a single-process sampler always drew (``default_rng([seed, epoch, 0])`` subsamples an
+    epoch); stream 1, another worker's, draws something else from the same seed."""
+    a, ids, sentence, counts = _sampler(sample=1e-2, seed=3)
+    b = WindowSampler(ids, sentence, counts, 3, 4, 16, 1e-2, seed=3, stream=1)
+    kept = np.random.default_rng([3, 0, 0]).random(len(ids)) < a.keep[ids]
+    assert np.array_equal(a._epoch(0)[0], ids[kept])
+    assert not np.array_equal(b._epoch(0)[0], ids[kept])
+
+
+def test_hogwild_workers_share_the_vectors():
+    """Topic a fills the first half of the corpus and topic b the second, so with two workers only worker 1 (a forked
+    process) ever sees topic b: b's words move from their initial vectors and cluster only if its updates land in
+    the shared tables."""
+    rng = np.random.default_rng(0)
+    topics = [[f"a{i}" for i in range(10)], [f"b{i}" for i in range(10)]]
+    sentences = [list(rng.choice(topics[k // 750], 8)) for k in range(1500)]
+    words, counts = build_vocab(sentences, 1)
+    ids, sent = encode_sentences(sentences, words)
+    cfg = Word2VecRecipe(dim=16, window=3, negatives=5, min_count=1, sample=0.0, epochs=3, batch_size=256, workers=2)
+    torch.manual_seed(0)
+    initial = Word2Vec(w2v_method.model_config(len(words), cfg)).input.weight.detach().clone()
+    model, result, steps = fit_word2vec(ids, sent, counts, cfg, seed=0)
+    assert result.steps == steps == math.ceil(3 * len(ids) / 256 / 2) * 2
+    b = torch.tensor([w[0] == "b" for w in words])
+    assert (model.vectors[b] - initial[b]).norm(dim=1).min() > 0.5
+    v = model.vectors / model.vectors.norm(dim=1, keepdim=True)
+    cos = v @ v.T
+    within_b = (cos[b][:, b].sum() - b.sum()) / (b.sum() * (b.sum() - 1))
+    assert within_b > cos[b][:, ~b].mean() + 0.3, (float(within_b), float(cos[b][:, ~b].mean()))
+
+
+def test_hogwild_worker_failure_is_raised(monkeypatch):
+    parent = os.getpid()
+    train_share = w2v_method._train_share
+
+    def fail_in_worker(*args, **kwargs):
+        if os.getpid() != parent:
+            raise DataError("worker broke", "nothing")
+        return train_share(*args, **kwargs)
+
+    monkeypatch.setattr(w2v_method, "_train_share", fail_in_worker)
+    sentences = _topic_corpus(sentences=200)
+    words, counts = build_vocab(sentences, 1)
+    ids, sent = encode_sentences(sentences, words)
+    cfg = Word2VecRecipe(dim=8, min_count=1, sample=0.0, epochs=1, batch_size=128, workers=2)
+    with pytest.raises(GenfeatError, match="worker process failed: DataError: worker broke"):
+        fit_word2vec(ids, sent, counts, cfg, seed=0)
+    with pytest.raises(ConfigError, match="cannot be resumed"):
+        fit_word2vec(ids, sent, counts, cfg, seed=0, resume_from="somewhere")
+
+
 def test_divergence_is_a_clear_error():
     sentences = _topic_corpus(sentences=200)
     words, counts = build_vocab(sentences, 1)
@@ -348,6 +414,10 @@ def test_vocabulary_and_encoding():
 def test_bad_settings():
     with pytest.raises(ConfigError, match="window is 0"):
         Word2VecRecipe(window=0)
+    with pytest.raises(ConfigError, match="set threads 1 and save_every 0"):
+        Word2VecRecipe(workers=2, threads=2)
+    with pytest.raises(ConfigError, match="set threads 1 and save_every 0"):
+        Word2VecRecipe(workers=2, save_every=100)
     with pytest.raises(ConfigError, match="window is 0"):
         WindowSampler(np.array([0, 1]), np.zeros(2, np.int64), np.array([1, 1]), 0, 1)
     with pytest.raises(DataError, match="no word"):

@@ -14,6 +14,8 @@ Output directory (``--out OUT``): ``metrics.jsonl`` and the ``last`` checkpoint 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 
 from ..config import Config, to_dict
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, GenfeatError
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.trainer import TrainConfig, Trainer, TrainResult
@@ -91,6 +93,12 @@ class Word2VecRecipe(Config):
     """torch intra-op threads. 1 is the fast setting: word2vec's operations are small, and a second intra-op
     thread made a step of 1,024 center words 12 times slower on the 2-core VM under load (130 ms against
     10.6 ms; docs/BENCHMARKS.md)."""
+    workers: int = 1
+    """Processes that train at once, each on its share of the corpus (cut at sentence starts), updating the
+    same vectors in shared memory without locks: Hogwild (Recht et al. 2011), as word2vec.c's and gensim's
+    worker threads do. Each worker has its own batches, random stream and learning-rate decay over its share.
+    1 (default) is deterministic; more runs on as many cores but is not reproducible bit for bit, logs worker
+    0's losses only, and cannot be resumed (needs threads 1 and save_every 0)."""
     similarity_file: str = "gensim"
     """Word-similarity file scored after training: ``gensim`` (its wordsim353.tsv; skipped without gensim),
     a path, or empty (none)."""
@@ -104,13 +112,17 @@ class Word2VecRecipe(Config):
     def __post_init__(self):
         if self.window < 1:
             raise ConfigError(f"window is {self.window}, so no word has a context", "set window >= 1")
-        for name in ("dim", "negatives", "min_count", "epochs", "batch_size", "threads"):
+        for name in ("dim", "negatives", "min_count", "epochs", "batch_size", "threads", "workers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}", f"set {name} >= 1")
         if not self.corpus:
             raise ConfigError("corpus is empty", "name at least one corpus, e.g. [ptb:train]")
         if self.sample < 0 or self.max_documents < 0 or self.save_every < 0 or self.row_cap < 0:
             raise ConfigError("sample, max_documents, save_every and row_cap must be >= 0", "set them to 0 or more")
+        if self.workers > 1 and (self.threads > 1 or self.save_every):
+            raise ConfigError(f"workers {self.workers} with threads {self.threads} / save_every {self.save_every}: "
+                              "Hogwild workers run one torch thread each and write no mid-run checkpoint (it could "
+                              "not be resumed)", "set threads 1 and save_every 0, or workers 1")
         if not 0 < self.min_lr <= self.lr:
             raise ConfigError(f"lr {self.lr} / min_lr {self.min_lr}", "use 0 < min_lr <= lr")
 
@@ -191,46 +203,128 @@ def model_config(vocab_size: int, cfg: Word2VecRecipe):
     return Word2VecConfig(vocab_size, cfg.dim, cfg.architecture, output=cfg.loss)
 
 
-def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
-                 out_dir: Path | None = None, progress: bool = False, checkpoint_config: dict | None = None,
-                 save_extra=None, resume_from: Path | None = None, steps: int = 0):
-    """Train word vectors on an encoded corpus with the one training loop.
+def corpus_shards(sentence: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """``parts`` consecutive (start, stop) ranges of about equal length covering the corpus, each cut moved back
+    to the start of the sentence it falls in when that leaves the previous range non-empty (else cut there).
 
-    Also the skip-gram of Planetoid's GraphEmb baseline (random walks as sentences).
-
-    Args:
-        ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
-        cfg: the training fields of the recipe (architecture, loss, dim, window, negatives, shared_negatives, sample,
-            epochs, batch_size, row_cap, lr, min_lr, threads, save_every).
-        seed: seed of the initialisation, subsampling, windows and negatives.
-        out_dir, progress, checkpoint_config, save_extra, resume_from: as :class:`Trainer`'s.
-        steps: train this many steps of ``cfg.batch_size`` center words (default 0: ``cfg.epochs`` epochs' worth).
-    Returns:
-        (model, TrainResult, steps).
     Raises:
-        ConfigError: the vectors are not finite after training (the settings made SGD diverge).
+        ConfigError: fewer words than parts.
     """
-    from ..models.word2vec import Word2Vec
-    from ..objectives.word2vec import WindowSampler, Word2VecObjective
+    n = len(sentence)
+    if n < parts:
+        raise ConfigError(f"the corpus has {n} words in the vocabulary for {parts} workers", f"set workers <= {n}")
+    cuts = [0]
+    for k in range(1, parts):
+        cut = k * n // parts
+        start = int(np.searchsorted(sentence, sentence[cut], side="left"))
+        cuts.append(start if start > cuts[-1] else max(cut, cuts[-1] + 1))
+    cuts.append(n)
+    return list(itertools.pairwise(cuts))
 
-    torch.manual_seed(seed)
-    model = Word2Vec(model_config(len(counts), cfg))
-    sampler = WindowSampler(ids, sentence, counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
-                            cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss, cfg.predicts)
-    steps = steps or max(1, math.ceil(cfg.epochs * sampler.expected_centers() / cfg.batch_size))
+
+def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, out_dir=None,
+                 checkpoint_config=None, save_extra=None, resume_from=None) -> TrainResult:
+    """The one training loop over one sampler: SGD on sparse gradients, α decaying linearly over ``steps``."""
+    from ..objectives.word2vec import Word2VecObjective
+
     # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
     optim = SparseSGDConfig(name="sgd", lr=cfg.lr * cfg.batch_size, decay="linear", min_lr_ratio=cfg.min_lr / cfg.lr)
     objective = Word2VecObjective("sgns" if cfg.loss == "negative" else "hs")
     phase = Phase("train", steps, [Stage([Term(objective, sampler)])], {"main": OptimSpec(optim)})
+    return Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config, save_extra=save_extra,
+                   resume_from=resume_from).fit()
+
+
+def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, errors) -> None:
+    """A forked worker: train the shared model on its sampler; report an exception's text on ``errors``."""
+    try:
+        _train_share(model, sampler, steps, cfg, seed, tcfg)
+    except KeyboardInterrupt:
+        pass
+    except BaseException as e:  # reported by the parent, which raises it
+        errors.put(f"{type(e).__name__}: {e}")
+        raise SystemExit(1) from None
+
+
+def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
+                 out_dir: Path | None = None, progress: bool = False, checkpoint_config: dict | None = None,
+                 save_extra=None, resume_from: Path | None = None, steps: int = 0):
+    """Train word vectors on an encoded corpus with the one training loop, in ``cfg.workers`` processes.
+
+    Also the skip-gram of Planetoid's GraphEmb baseline (random walks as sentences). With ``cfg.workers`` W > 1
+    the corpus is cut into W shares (:func:`corpus_shards`); the model's tables move to shared memory and W − 1
+    forked processes train on shares 1.. while this one trains on share 0 with the logs and checkpoints.
+
+    Args:
+        ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
+        cfg: the training fields of the recipe (architecture, loss, dim, window, negatives, shared_negatives, sample,
+            epochs, batch_size, row_cap, lr, min_lr, threads, workers, save_every).
+        seed: seed of the initialisation, subsampling, windows and negatives.
+        out_dir, progress, checkpoint_config, save_extra, resume_from: as :class:`Trainer`'s.
+        steps: train this many steps of ``cfg.batch_size`` center words over all workers (default 0:
+            ``cfg.epochs`` epochs' worth).
+    Returns:
+        (model, TrainResult, steps); with workers, the result's ``seconds`` span all of them, from the fork to
+        the last one's end, and ``steps`` counts all workers' steps.
+    Raises:
+        ConfigError: the vectors are not finite after training (the settings made SGD diverge); resuming a run
+            with workers > 1.
+        GenfeatError: a worker process failed (its exception's text) or was killed.
+    """
+    import multiprocessing
+    import time
+
+    from ..models.word2vec import Word2Vec
+    from ..objectives.word2vec import WindowSampler
+
+    if cfg.workers > 1 and resume_from is not None:
+        raise ConfigError(f"a word2vec run with workers {cfg.workers} cannot be resumed (its Hogwild workers keep "
+                          "no joint state)", "start the run again without --resume, or train with workers 1")
+    torch.set_num_threads(cfg.threads)  # before the fork: the workers inherit no intra-op thread pool
+    torch.manual_seed(seed)
+    model = Word2Vec(model_config(len(counts), cfg))
+    shards = corpus_shards(sentence, cfg.workers)
+    samplers = [WindowSampler(ids[a:b], sentence[a:b], counts, cfg.window, cfg.negatives, cfg.batch_size, cfg.sample,
+                              cfg.ns_exponent, seed, cfg.architecture, cfg.row_cap, cfg.shared_negatives, cfg.loss,
+                              cfg.predicts, stream=w) for w, (a, b) in enumerate(shards)]
+    centers = [s.expected_centers() for s in samplers]
+    total = steps or max(1, math.ceil(cfg.epochs * sum(centers) / cfg.batch_size))
+    share_steps = [max(1, math.ceil(total * c / sum(centers))) for c in centers] if cfg.workers > 1 else [total]
     tcfg = TrainConfig(seed=seed, device="cpu", threads=cfg.threads, progress=progress,
-                       log_every=max(1, steps // 20), save_every=cfg.save_every)
-    result: TrainResult = Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config,
-                                  save_extra=save_extra, resume_from=resume_from).fit()
+                       log_every=max(1, share_steps[0] // 20), save_every=cfg.save_every)
+    procs, errors = [], None
+    t0 = time.time()
+    if cfg.workers > 1:
+        model.share_memory()
+        ctx = multiprocessing.get_context("fork")
+        errors = ctx.SimpleQueue()
+        quiet = dataclasses.replace(tcfg, progress=False)
+        procs = [ctx.Process(target=_hogwild_worker, args=(model, samplers[w], share_steps[w], cfg, seed, quiet, errors),
+                             daemon=True, name=f"word2vec-worker-{w}") for w in range(1, cfg.workers)]
+        for p in procs:
+            p.start()
+    try:
+        result = _train_share(model, samplers[0], share_steps[0], cfg, seed, tcfg, out_dir, checkpoint_config,
+                              save_extra, resume_from)
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    failed = [p for p in procs if p.exitcode != 0]
+    if failed and not result.interrupted:
+        why = errors.get() if not errors.empty() else f"{failed[0].name} ended with exit code {failed[0].exitcode}"
+        raise GenfeatError(f"a word2vec worker process failed: {why}",
+                           "fix the cause named, or train with workers 1 to see it in this process")
+    if procs:
+        result = dataclasses.replace(result, steps=sum(share_steps), seconds=time.time() - t0)
     if not torch.isfinite(model.input.weight).all():
         raise ConfigError(f"word2vec training diverged (non-finite vectors after {result.steps} steps of "
                           f"{cfg.batch_size} center words at lr {cfg.lr}, row_cap {cfg.row_cap})",
                           "lower lr or batch_size, or set row_cap (e.g. 128)")
-    return model.eval(), result, steps
+    return model.eval(), result, sum(share_steps)
 
 
 def _eval_file(setting: str, gensim_name: str) -> str | None:

@@ -260,6 +260,8 @@ class WindowSampler:
             center word and the K negatives, which the window's pairs share) or ``context`` (h = the center
             word's vector scores its window and the negatives). With K negatives per pair the rows are the
             ``context`` ones whatever this says.
+        stream: which random stream of ``seed`` to draw from (default 0): Hogwild workers training on shards of
+            one corpus (genfeat.methods.word2vec, ``workers``) draw from streams 0, 1, ...
     Yields:
         dict ``inputs`` (b, n) int64 and ``input_mask`` (b, n) bool, the words that make h (n = 1, the center
         word, for skip-gram with negative sampling predicting the context; else n = 2m, the window);
@@ -279,7 +281,7 @@ class WindowSampler:
     def __init__(self, ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, window: int, negatives: int,
                  batch_size: int = 4096, sample: float = 1e-3, ns_exponent: float = 0.75, seed: int = 0,
                  architecture: str = "skipgram", row_cap: float = 0.0, shared_negatives: bool = True,
-                 output: str = "negative", predicts: str = "center"):
+                 output: str = "negative", predicts: str = "center", stream: int = 0):
         if len(ids) == 0:
             raise DataError("the corpus holds no word of the vocabulary", "train on a corpus with text in it")
         if window < 1:
@@ -303,8 +305,15 @@ class WindowSampler:
         self.vocab_size = len(counts)
         self.tree = huffman_tree(counts) if output == "hierarchical" else None
         self.signs = self.tree.signs if self.tree is not None else None
+        self.stream = stream
         self.epoch, self.offset = 0, 0
         self._cached: tuple[int, np.ndarray, np.ndarray] | None = None
+
+    def _rng(self, *key: int) -> np.random.Generator:
+        """The generator of ``key`` (epoch, purpose, position) in this sampler's stream (stream 0 is
+        ``default_rng([seed, *key])``; the others are independent of it and of each other)."""
+        spawn = (self.stream,) if self.stream else ()
+        return np.random.default_rng(np.random.SeedSequence([self.seed, *key], spawn_key=spawn))
 
     def expected_centers(self) -> float:
         """Expected kept words per epoch, Σ_w count(w) · p_keep(w)."""
@@ -313,7 +322,7 @@ class WindowSampler:
     def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(kept ids, their sentences) of ``epoch``'s subsampling."""
         if self._cached is None or self._cached[0] != epoch:
-            rng = np.random.default_rng([self.seed, epoch, 0])
+            rng = self._rng(epoch, 0)
             kept = rng.random(len(self.ids)) < self.keep[self.ids]
             self._cached = (epoch, self.ids[kept], self.sentence[kept])
         return self._cached[1], self._cached[2]
@@ -321,7 +330,7 @@ class WindowSampler:
     def _part(self, epoch: int, start: int, n: int) -> tuple[np.ndarray, ...]:
         """(inputs, input_mask, targets, sign, weight, pairs) of the kept words start..start+n of ``epoch``."""
         ids, sent = self._epoch(epoch)
-        rng = np.random.default_rng([self.seed, epoch, 1, start])
+        rng = self._rng(epoch, 1, start)
         pos = np.arange(start, start + n)
         span = self.window - rng.integers(0, self.window, n)  # b ~ U{1..m}
         ctx = pos[:, None] + self.offsets
