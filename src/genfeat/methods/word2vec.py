@@ -235,6 +235,17 @@ def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcf
                    resume_from=resume_from).fit()
 
 
+def _share_with_forks(model: torch.nn.Module) -> None:
+    """Move every parameter's data into anonymous shared memory (``mmap``), which processes forked afterwards
+    write into as well; unlike ``share_memory_()`` it needs no room in /dev/shm (64 MB in a default container)."""
+    import mmap
+
+    for p in model.parameters():
+        shared = torch.frombuffer(mmap.mmap(-1, p.numel() * p.element_size()), dtype=p.dtype).view(p.shape)
+        shared.copy_(p.data)
+        p.data = shared
+
+
 def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, errors) -> None:
     """A forked worker: train the shared model on its sampler; report an exception's text on ``errors``."""
     try:
@@ -295,7 +306,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     procs, errors = [], None
     t0 = time.time()
     if cfg.workers > 1:
-        model.share_memory()
+        _share_with_forks(model)
         ctx = multiprocessing.get_context("fork")
         errors = ctx.SimpleQueue()
         quiet = dataclasses.replace(tcfg, progress=False)
