@@ -3,6 +3,7 @@ subsampling distributions, the windows, export to the word2vec formats (read bac
 installed) and a tiny corpus whose related words end up closer than unrelated ones."""
 
 import heapq
+import itertools
 import math
 import os
 
@@ -333,7 +334,7 @@ def test_corpus_shards_cut_at_sentence_starts():
     sentence = np.repeat(np.arange(10), 7)  # 70 words, 10 sentences of 7
     shards = corpus_shards(sentence, 3)
     assert shards[0][0] == 0 and shards[-1][1] == 70
-    assert all(a[1] == b[0] for a, b in zip(shards, shards[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(shards))
     assert [a for a, _ in shards[1:]] == [21, 42]  # 23 and 46 moved back to their sentences' starts
     assert corpus_shards(np.zeros(10, np.int64), 3) == [(0, 3), (3, 6), (6, 10)]  # one sentence: cut inside it
     with pytest.raises(ConfigError, match="3 words in the vocabulary for 4 workers"):

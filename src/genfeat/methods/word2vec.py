@@ -252,7 +252,7 @@ def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, 
         _train_share(model, sampler, steps, cfg, seed, tcfg)
     except KeyboardInterrupt:
         pass
-    except BaseException as e:  # reported by the parent, which raises it
+    except Exception as e:  # noqa: BLE001 (any failure is reported to the parent, which raises it)
         errors.put(f"{type(e).__name__}: {e}")
         raise SystemExit(1) from None
 
