@@ -1,6 +1,7 @@
 """genfeat's word2vec against gensim 4's, same corpus, vocabulary and settings, in one process run.
 
 Usage: GENFEAT_DATA=../shared/data python benchmarks/word2vec_vs_gensim.py [--corpus ptb:train wikitext2:valid wikitext2:test]
+    [--tokens whitespace|words] [--lowercase] [--max-documents 0]
     [--architecture skipgram] [--loss negative] [--epochs 5] [--dim 100] [--window 5] [--negatives 5] [--min-count 5]
     [--sample 1e-3] [--threads 2] [--workers 2] [--genfeat-threads 1] [--batch-size 1024] [--row-cap 128] [--seed 0] [--words bank fire money ...]
 
@@ -96,6 +97,10 @@ def step_breakdown(ids, sent, counts, cfg: Word2VecRecipe, steps: int = 30) -> d
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", nargs="+", default=["ptb:train", "wikitext2:valid", "wikitext2:test"])
+    ap.add_argument("--tokens", choices=["whitespace", "words"], default="whitespace",
+                    help="words: the BERT pre-tokeniser, for raw text such as imdb:train (the recipe field tokens)")
+    ap.add_argument("--lowercase", action="store_true", help="lower-case the text first (the recipe field lowercase)")
+    ap.add_argument("--max-documents", type=int, default=0, help="read at most this many documents of each corpus")
     ap.add_argument("--architecture", choices=["skipgram", "cbow"], default="skipgram")
     ap.add_argument("--loss", choices=["negative", "hierarchical"], default="negative",
                     help="negative sampling, or the hierarchical softmax (gensim hs=1, negative=0) on both sides")
@@ -122,7 +127,8 @@ def main() -> None:
     args = ap.parse_args()
     from gensim.models import Word2Vec as GensimWord2Vec
 
-    cfg = Word2VecRecipe(corpus=args.corpus, architecture=args.architecture, loss=args.loss, dim=args.dim, window=args.window,
+    cfg = Word2VecRecipe(corpus=args.corpus, tokens=args.tokens, lowercase=args.lowercase,
+                         max_documents=args.max_documents, architecture=args.architecture, loss=args.loss, dim=args.dim, window=args.window,
                          negatives=args.negatives, min_count=args.min_count, sample=args.sample, epochs=args.epochs,
                          batch_size=args.batch_size, row_cap=args.row_cap, shared_negatives=not args.per_pair_negatives, predicts=args.predicts, lr=args.lr, threads=args.genfeat_threads,
                          workers=args.workers)
@@ -166,7 +172,8 @@ def main() -> None:
         print(f"{name:>8}: {secs:7.1f} s  {wps:9,.0f} words/s  spearman {figs['spearman']:.4f} "
               f"({figs['similarity_pairs']} pairs)  analogy {figs['analogy']:.4f} ({figs['analogy_questions']} questions)")
     print(json.dumps({
-        "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "architecture": args.architecture, "loss": args.loss,
+        "benchmark": "word2vec_vs_gensim", "corpus": args.corpus, "tokens": args.tokens,
+        "lowercase": args.lowercase, "architecture": args.architecture, "loss": args.loss,
         "epochs": args.epochs, "dim": args.dim, "window": args.window, "negatives": args.negatives,
         "min_count": args.min_count, "sample": args.sample, "threads": args.threads, "genfeat_threads": args.genfeat_threads, "workers": args.workers, "batch_size": args.batch_size, "row_cap": args.row_cap, "shared_negatives": not args.per_pair_negatives, "predicts": args.predicts,
         "seed": args.seed, "vocab_genfeat": len(words), "vocab_gensim": len(g_words), "corpus_words": len(ids),
