@@ -335,8 +335,12 @@ def test_corpus_shards_cut_at_sentence_starts():
     shards = corpus_shards(sentence, 3)
     assert shards[0][0] == 0 and shards[-1][1] == 70
     assert all(a[1] == b[0] for a, b in itertools.pairwise(shards))
-    assert [a for a, _ in shards[1:]] == [21, 42]  # 23 and 46 moved back to their sentences' starts
+    assert [a for a, _ in shards[1:]] == [21, 49]  # 23 and 46 moved to the nearer sentence start
     assert corpus_shards(np.zeros(10, np.int64), 3) == [(0, 3), (3, 6), (6, 10)]  # one sentence: cut inside it
+    lopsided = np.repeat([0, 1], [10, 1000])  # the nearest start is far from the middle: cut inside the sentence
+    assert corpus_shards(lopsided, 2) == [(0, 505), (505, 1010)]
+    with pytest.raises(DataError, match="no word"):
+        corpus_shards(np.zeros(0, np.int64), 1)
     with pytest.raises(ConfigError, match="3 words in the vocabulary for 4 workers"):
         corpus_shards(np.arange(3), 4)
 
@@ -379,7 +383,7 @@ def test_hogwild_worker_failure_is_raised(monkeypatch):
 
     def fail_in_worker(*args, **kwargs):
         if os.getpid() != parent:
-            raise DataError("worker broke", "nothing")
+            raise DataError("worker broke " + "x" * 100_000, "nothing")  # more than a pipe holds: cut short
         return train_share(*args, **kwargs)
 
     monkeypatch.setattr(w2v_method, "_train_share", fail_in_worker)

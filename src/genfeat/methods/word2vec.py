@@ -204,20 +204,26 @@ def model_config(vocab_size: int, cfg: Word2VecRecipe):
 
 
 def corpus_shards(sentence: np.ndarray, parts: int) -> list[tuple[int, int]]:
-    """``parts`` consecutive (start, stop) ranges of about equal length covering the corpus, each cut moved back
-    to the start of the sentence it falls in when that leaves the previous range non-empty (else cut there).
+    """``parts`` consecutive (start, stop) ranges of about equal length covering the corpus: each cut k·N/parts moves
+    to the nearer start of a sentence (the one it falls in or the next) when that start lies within N/(2·parts) of
+    it and keeps every range non-empty; otherwise it stays inside the sentence.
 
     Raises:
-        ConfigError: fewer words than parts.
+        DataError: an empty corpus. ConfigError: fewer words than parts.
     """
     n = len(sentence)
+    if n == 0:
+        raise DataError("the corpus holds no word of the vocabulary", "train on a corpus with text in it")
     if n < parts:
         raise ConfigError(f"the corpus has {n} words in the vocabulary for {parts} workers", f"set workers <= {n}")
-    cuts = [0]
+    cuts, slack = [0], n / (2 * parts)
     for k in range(1, parts):
         cut = k * n // parts
-        start = int(np.searchsorted(sentence, sentence[cut], side="left"))
-        cuts.append(start if start > cuts[-1] else max(cut, cuts[-1] + 1))
+        before = int(np.searchsorted(sentence, sentence[cut], side="left"))
+        after = int(np.searchsorted(sentence, sentence[cut], side="right"))
+        near = min((c for c in (before, after) if cuts[-1] < c < n and abs(c - cut) <= slack),
+                   key=lambda c: abs(c - cut), default=max(cut, cuts[-1] + 1))
+        cuts.append(near)
     cuts.append(n)
     return list(itertools.pairwise(cuts))
 
@@ -246,15 +252,41 @@ def _share_with_forks(model: torch.nn.Module) -> None:
         p.data = shared
 
 
-def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, errors) -> None:
-    """A forked worker: train the shared model on its sampler; report an exception's text on ``errors``."""
+def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, report,
+                    parent: int) -> None:
+    """A forked worker: train the shared model on its sampler. An exception's text (cut to 2,000 characters, so
+    the write never waits on a full pipe) goes to ``report``, its own pipe's write end; an interrupt ends the
+    process with status 130. It ends too when the parent process ``parent`` dies (Linux: parent-death signal)."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
     try:
         _train_share(model, sampler, steps, cfg, seed, tcfg)
     except KeyboardInterrupt:
-        pass
+        raise SystemExit(130) from None
     except Exception as e:  # noqa: BLE001 (any failure is reported to the parent, which raises it)
-        errors.put(f"{type(e).__name__}: {e}")
+        report.send(f"{type(e).__name__}: {e}"[:2000])
         raise SystemExit(1) from None
+
+
+def _worker_failure(proc, reader) -> str:
+    """Why a worker ended with a non-zero status: its reported exception, else its status or signal."""
+    if reader.poll():
+        return reader.recv()
+    if proc.exitcode == 130:
+        return f"{proc.name} was interrupted"
+    if proc.exitcode is not None and proc.exitcode < 0:
+        sig = -proc.exitcode
+        hint = " (SIGKILL: most likely out of memory)" if sig == 9 else ""
+        return f"{proc.name} was killed by signal {sig}{hint}"
+    return f"{proc.name} ended with exit code {proc.exitcode}"
 
 
 def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
@@ -264,7 +296,9 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
 
     Also the skip-gram of Planetoid's GraphEmb baseline (random walks as sentences). With ``cfg.workers`` W > 1
     the corpus is cut into W shares (:func:`corpus_shards`); the model's tables move to shared memory and W − 1
-    forked processes train on shares 1.. while this one trains on share 0 with the logs and checkpoints.
+    forked processes train on shares 1.. while this one trains on share 0 with the logs and checkpoints (so
+    ``out_dir/last`` is written when share 0 ends, while the others may still be training; the returned model,
+    which ``run`` saves as ``final``, is taken after all of them).
 
     Args:
         ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
@@ -283,11 +317,15 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
         GenfeatError: a worker process failed (its exception's text) or was killed.
     """
     import multiprocessing
+    import os
     import time
 
     from ..models.word2vec import Word2Vec
     from ..objectives.word2vec import WindowSampler
 
+    if cfg.workers > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(f"word2vec with workers {cfg.workers} under torchrun: its worker processes are its own "
+                          "parallelism", "run word2vec as one process (no torchrun)")
     if cfg.workers > 1 and resume_from is not None:
         raise ConfigError(f"a word2vec run with workers {cfg.workers} cannot be resumed (its Hogwild workers keep "
                           "no joint state)", "start the run again without --resume, or train with workers 1")
@@ -303,15 +341,17 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     share_steps = [max(1, math.ceil(total * c / sum(centers))) for c in centers] if cfg.workers > 1 else [total]
     tcfg = TrainConfig(seed=seed, device="cpu", threads=cfg.threads, progress=progress,
                        log_every=max(1, share_steps[0] // 20), save_every=cfg.save_every)
-    procs, errors = [], None
+    procs, readers = [], []
     t0 = time.time()
     if cfg.workers > 1:
         _share_with_forks(model)
         ctx = multiprocessing.get_context("fork")
-        errors = ctx.SimpleQueue()
         quiet = dataclasses.replace(tcfg, progress=False)
-        procs = [ctx.Process(target=_hogwild_worker, args=(model, samplers[w], share_steps[w], cfg, seed, quiet, errors),
-                             daemon=True, name=f"word2vec-worker-{w}") for w in range(1, cfg.workers)]
+        for w in range(1, cfg.workers):
+            reader, writer = ctx.Pipe(duplex=False)
+            procs.append(ctx.Process(target=_hogwild_worker, name=f"word2vec-worker-{w}", daemon=True,
+                                     args=(model, samplers[w], share_steps[w], cfg, seed, quiet, writer, os.getpid())))
+            readers.append(reader)
         for p in procs:
             p.start()
     try:
@@ -324,11 +364,11 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
             if p.is_alive():
                 p.terminate()
                 p.join()
-    failed = [p for p in procs if p.exitcode != 0]
-    if failed and not result.interrupted:
-        why = errors.get() if not errors.empty() else f"{failed[0].name} ended with exit code {failed[0].exitcode}"
-        raise GenfeatError(f"a word2vec worker process failed: {why}",
-                           "fix the cause named, or train with workers 1 to see it in this process")
+    failed = [(p, r) for p, r in zip(procs, readers) if p.exitcode != 0]
+    if failed:
+        raise GenfeatError(f"a word2vec worker process failed: {_worker_failure(*failed[0])}",
+                           "fix the cause named (a killed worker: lower workers or the corpus size), or train with "
+                           "workers 1 to see it in this process")
     if procs:
         result = dataclasses.replace(result, steps=sum(share_steps), seconds=time.time() - t0)
     if not torch.isfinite(model.input.weight).all():
