@@ -5,7 +5,9 @@ Recipe: ``method: word2vec`` + the fields of :class:`Word2VecRecipe`. The corpus
 tokens; words seen fewer than ``min_count`` times are dropped from the sentences (they take no window
 position, as in word2vec.c and gensim); then :class:`~genfeat.objectives.word2vec.WindowSampler`
 batches feed :class:`~genfeat.objectives.word2vec.Word2VecObjective` in the one training loop,
-with plain SGD on sparse gradients and a learning rate decaying linearly from ``lr`` to ``min_lr``.
+with plain SGD on sparse gradients and a learning rate decaying linearly from ``lr`` to ``min_lr``. With
+``workers: W`` > 1, W processes run that loop at once on shares of the corpus, updating the same vectors
+without locks (Hogwild, as word2vec.c's and gensim's threads; :func:`fit_word2vec`).
 
 Output directory (``--out OUT``): ``metrics.jsonl`` and the ``last`` checkpoint of the training loop,
 ``final`` (model.safetensors, config.json, vocab.json: ``genfeat neighbours --checkpoint OUT/final``),
