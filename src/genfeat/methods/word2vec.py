@@ -230,7 +230,7 @@ def corpus_shards(sentence: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
-def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, out_dir=None,
+def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: TrainConfig, out_dir=None,
                  checkpoint_config=None, save_extra=None, resume_from=None) -> TrainResult:
     """The one training loop over one sampler: SGD on sparse gradients, α decaying linearly over ``steps``."""
     from ..objectives.word2vec import Word2VecObjective
@@ -254,7 +254,7 @@ def _share_with_forks(model: torch.nn.Module) -> None:
         p.data = shared
 
 
-def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, tcfg: TrainConfig, report,
+def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: TrainConfig, report,
                     parent: int) -> None:
     """A forked worker: train the shared model on its sampler. An exception's text (cut to 2,000 characters, so
     the write never waits on a full pipe) goes to ``report``, its own pipe's write end; an interrupt ends the
@@ -270,7 +270,7 @@ def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, seed: int, 
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
     try:
-        _train_share(model, sampler, steps, cfg, seed, tcfg)
+        _train_share(model, sampler, steps, cfg, tcfg)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except Exception as e:  # noqa: BLE001 (any failure is reported to the parent, which raises it)
@@ -340,7 +340,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
                               cfg.predicts, stream=w) for w, (a, b) in enumerate(shards)]
     centers = [s.expected_centers() for s in samplers]
     total = steps or max(1, math.ceil(cfg.epochs * sum(centers) / cfg.batch_size))
-    share_steps = [max(1, math.ceil(total * c / sum(centers))) for c in centers] if cfg.workers > 1 else [total]
+    share_steps = [max(1, math.ceil(total * c / sum(centers))) for c in centers]  # [total] for one worker
     tcfg = TrainConfig(seed=seed, device="cpu", threads=cfg.threads, progress=progress,
                        log_every=max(1, share_steps[0] // 20), save_every=cfg.save_every)
     procs, readers = [], []
@@ -352,12 +352,12 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
         for w in range(1, cfg.workers):
             reader, writer = ctx.Pipe(duplex=False)
             procs.append(ctx.Process(target=_hogwild_worker, name=f"word2vec-worker-{w}", daemon=True,
-                                     args=(model, samplers[w], share_steps[w], cfg, seed, quiet, writer, os.getpid())))
+                                     args=(model, samplers[w], share_steps[w], cfg, quiet, writer, os.getpid())))
             readers.append(reader)
         for p in procs:
             p.start()
     try:
-        result = _train_share(model, samplers[0], share_steps[0], cfg, seed, tcfg, out_dir, checkpoint_config,
+        result = _train_share(model, samplers[0], share_steps[0], cfg, tcfg, out_dir, checkpoint_config,
                               save_extra, resume_from)
         for p in procs:
             p.join()
