@@ -20,8 +20,7 @@ RECIPES = pathlib.Path(__file__).resolve().parents[1] / "recipes" / "complement_
 pytestmark = pytest.mark.skipif(not (DATA / "mnist" / "train-images-idx3-ubyte.gz").is_file(), reason="no MNIST")
 
 TINY = {"steps": 4, "model.d_hidden": [32, 16], "model.g_hidden": [32], "unlabelled_batch": 20, "init_batch": 50,
-        "train.eval_every": 2, "train.save_every": 2, "train.progress": False,
-        "samples_png": ""}
+        "train.eval_every": 2, "train.save_every": 2, "train.progress": False}
 
 
 @pytest.fixture(autouse=True)
@@ -35,16 +34,22 @@ def _evals(out):
 
 
 def test_mnist_fm_recipe_reports_the_test_error_count_and_logs_it(tmp_path):
-    png = tmp_path / "samples.png"
-    result = run_recipe(RECIPES / "mnist_fm.yaml", {**TINY, "samples_png": str(png)}, out_dir=tmp_path / "out",
-                        progress=False)
+    result = run_recipe(RECIPES / "mnist_fm.yaml", TINY, out_dir=tmp_path / "out", progress=False)
     assert {"test_errors_mean", "test_errors_std", "seeds", "seconds"} <= set(result)
     run = result["runs"][0]
     assert isinstance(run["test_errors"], int) and 0 <= run["test_errors"] <= 10000 and run["test_examples"] == 10000
     evals = _evals(tmp_path / "out")
     assert [e["step"] for e in evals] == [2, 4] and evals[-1]["test_errors"] == run["test_errors"]
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "out" / "samples.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "results.json").read_text())["test_errors"] == run["test_errors"]
+
+
+def test_every_seed_keeps_its_own_sample_grid(tmp_path):
+    run_recipe(RECIPES / "mnist_fm.yaml", {**TINY, "steps": 2, "samples_png": str(tmp_path / "grid_{seed}.png")},
+               seeds=[0, 1], out_dir=tmp_path / "out", progress=False)
+    grids = [(tmp_path / "out" / f"seed{s}" / "samples.png").read_bytes() for s in (0, 1)]
+    assert grids[0][:4] == b"\x89PNG" and grids[0] != grids[1]
+    assert [(tmp_path / f"grid_{s}.png").read_bytes() for s in (0, 1)] == grids
 
 
 def test_an_interrupted_run_resumes_to_the_same_weights_and_errors(tmp_path):
@@ -107,4 +112,5 @@ def test_synthetic_2d_case_study_writes_its_figures(tmp_path):
                      progress=False)["runs"][0]
     assert run["test_examples"] == 1000
     for name in ("points", "boundaries", "features"):
-        assert (tmp_path / "fig" / f"complement_gan_2d_{name}.png").read_bytes()[:4] == b"\x89PNG"
+        png = (tmp_path / "fig" / f"complement_gan_2d_{name}.png").read_bytes()
+        assert png[:4] == b"\x89PNG" and (tmp_path / "out" / "figures" / f"complement_gan_2d_{name}.png").read_bytes() == png

@@ -94,9 +94,11 @@ class ComplementGANRecipe(Config):
     init_batch: int = 500
     """Unlabelled images of the weight-norm data-dependent initialisation."""
     samples_png: str = ""
-    """When set, write a 10 x 10 grid of generated samples (Fig. 3.6) to this PNG."""
+    """A 10 x 10 grid of generated samples (Fig. 3.6) is always written to OUT/samples.png; when set, also to
+    this PNG ("{seed}" in it is replaced by the seed, so that several seeds do not overwrite one another)."""
     figures_dir: str = ""
-    """synthetic_2d: write the case study's figures (Figs. 3.2-3.5 analogue) into this directory."""
+    """synthetic_2d: the case study's figures (Figs. 3.2-3.5 analogue) are always written into OUT/figures; when
+    set, also into this directory ("{seed}" replaced by the seed)."""
     train: TrainConfig = field(default_factory=lambda: _train_defaults(eval_every=1200, save_every=1200))
     """The loop (eval_every: steps between test-error evaluations, logged to metrics.jsonl)."""
 
@@ -392,10 +394,15 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
         _, samples = model.generate(100)
     if density is not None:
         figures["max_logp_generated"] = float(log_probs(density, samples, cfg.model.pixel_range).max())
-    if cfg.samples_png and cfg.dataset != "synthetic_2d":
-        save_grid(samples, cfg.samples_png, cfg.model.pixel_range)
-    if cfg.figures_dir and cfg.dataset == "synthetic_2d":
-        plot_case_study(model, data, Path(cfg.figures_dir), seed)
+    seeded = lambda path: Path(path.replace("{seed}", str(seed)))  # noqa: E731
+    if cfg.dataset != "synthetic_2d":
+        for path in ([Path(out_dir) / "samples.png"] if out_dir is not None else []) + (
+                [seeded(cfg.samples_png)] if cfg.samples_png else []):
+            save_grid(samples, path, cfg.model.pixel_range)
+    else:
+        for directory in ([Path(out_dir) / "figures"] if out_dir is not None else []) + (
+                [seeded(cfg.figures_dir)] if cfg.figures_dir else []):
+            plot_case_study(model, data, directory, seed)
     if out_dir is not None:
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures
