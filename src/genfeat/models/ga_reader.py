@@ -21,7 +21,8 @@ two bilinear forms in place of the reader's one inner product.
 Domain tags (thesis §3.2.3, "domain adaptation with tags"): when ``domain`` is given, the word d_true
 (0: a human question) or d_gen (1: a question written by G) is appended after the last real word of both
 the question and the paragraph, so D can learn a different conditional for generated questions; the
-tag is never a span position. Without ``domain`` (SL, Context, Gen, Gen + GAN, Gen + dual) nothing is
+tag is never a span position. Without ``domain`` (the settings SL, Context, Gen and Gen + dual: see
+methods/gdan.py TAGGED_SETTINGS for the tagged ones, Gen + GAN among them) nothing is
 appended.
 
 Padding does not change any output at real positions: the GRUs read each row's real words before its
