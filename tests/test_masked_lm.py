@@ -158,3 +158,37 @@ def test_any_backbone_following_the_protocol_trains():
         first = first if first is not None else out.mean.item()
     assert out.count == int(torch.round(torch.tensor(9.0) * 0.15).clamp(min=1)) * 16  # 9 candidates a row
     assert out.mean.item() < 0.8 * first  # it learns through the objective alone
+
+
+def test_dae_on_the_xlnet_backbone_carries_the_memory_of_the_previous_segment():
+    from genfeat.models.xlnet import XLNetConfig, XLNetLMHeadModel
+
+    torch.manual_seed(0)
+    net = XLNetLMHeadModel(XLNetConfig(n_token=V, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=32, mem_len=6,
+                                       dropout=0.0, dropatt=0.0)).eval()
+    first, second = batch(b=2, t=10, seed=1), batch(b=2, t=10, seed=2)
+
+    def loss(obj, data, new_epoch):
+        torch.manual_seed(5)  # the same masks for both objectives
+        return obj(net, {**data, "new_epoch": new_epoch}).loss_sum
+
+    with torch.no_grad():
+        carry = MaskedLMObjective(MaskedLMConfig(), MASK, V, SPECIAL, recurrence=True)
+        loss(carry, first, True)
+        assert len(carry.mems) == 2 and carry.mems[0].shape == (2, 6, 16)
+        saved = carry.state_dict()
+        with_memory = loss(carry, second, False)
+        # the same segment without memory: what the objective computed before it carried one
+        without = loss(MaskedLMObjective(MaskedLMConfig(), MASK, V, SPECIAL), second, False)
+        assert (with_memory - without).abs() > 1e-6
+        # the memory is the model's own: fed by hand it gives the same loss
+        torch.manual_seed(5)
+        masked = carry.mask(second)
+        by_hand = F.cross_entropy(net(input_ids=masked.input_ids, masked_positions=masked.positions,
+                                      mems=[saved["mem.0"], saved["mem.1"]]).logits, masked.labels, reduction="sum")
+        torch.testing.assert_close(with_memory, by_hand)
+        # a new epoch starts without memory
+        torch.testing.assert_close(loss(carry, second, True), without, rtol=0, atol=0)
+        restored = MaskedLMObjective(MaskedLMConfig(), MASK, V, SPECIAL, recurrence=True)
+        restored.load_state_dict(saved)
+        torch.testing.assert_close(loss(restored, second, False), with_memory)

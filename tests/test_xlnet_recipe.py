@@ -68,7 +68,7 @@ def test_nsp_and_dae_variants_train(tmp_path, variant):
         recipe = recipe.replace("span: true}", "span: true, nsp: true}")
     else:
         recipe = recipe.replace("method: xlnet", "method: dae_txl").replace(
-            "objective: {k: 6, num_predict: 5, span: true}", "objective: {mask_rate: 0.15, nsp: true}")
+            "objective: {k: 6, num_predict: 5, span: true}", "objective: {mask_rate: 0.15, nsp: true, whole_word: true}")
     (tmp_path / "r.yaml").write_text(recipe)
     result = run_recipe(tmp_path / "r.yaml", overrides={"steps": 3, "data.valid_batches": 2, "train.eval_every": 0},
                         out_dir=tmp_path / "run", progress=False)

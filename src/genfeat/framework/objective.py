@@ -62,3 +62,38 @@ class Objective:
         if state:
             raise ValueError(f"objective '{self.name}' carries no state but the checkpoint has {sorted(state)}")
 
+
+class RecurrentObjective(Objective):
+    """An objective that carries Transformer-XL's memory (thesis §2.1.3, segment-level recurrence) from one
+    batch to the next: the L tensors ``mems`` the model returned for the previous segment, fed back as its
+    ``mems=`` input. The memory is dropped at a new epoch (the rows start again), by :meth:`reset_state`,
+    and always without ``recurrence``; it is saved as ``mem.0`` ... ``mem.{L-1}``.
+
+    Subclasses call ``mems = self.memory(new_epoch)`` before the forward pass and ``self.keep(out.mems)``
+    after it.
+    """
+
+    def __init__(self, recurrence: bool):
+        self.recurrence = recurrence
+        self.mems: list[Tensor] | None = None
+
+    def memory(self, new_epoch: bool) -> list[Tensor] | None:
+        """The memory this batch reads: None at a new epoch or without recurrence."""
+        if new_epoch or not self.recurrence:
+            self.mems = None
+        return self.mems
+
+    def keep(self, mems: list[Tensor]) -> None:
+        """Carry ``mems`` (the model's new memory) to the next batch."""
+        if self.recurrence:
+            self.mems = mems
+
+    def reset_state(self) -> None:
+        self.mems = None
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {f"mem.{i}": m for i, m in enumerate(self.mems or [])}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        self.mems = [state[f"mem.{i}"] for i in range(len(state))] or None
+

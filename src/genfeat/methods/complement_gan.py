@@ -362,6 +362,15 @@ def max_logp_of_samples(gan: str | Path, density: str | Path, seed: int = 0, n: 
     return float(log_probs(dens, samples, model.cfg.pixel_range).max())
 
 
+def reference_log_probs(cfg: ComplementGANRecipe, data: ImageSplits, density: PixelCNN, seed: int) -> np.ndarray:
+    """log p (nats) under ``density`` of the ``ld_reference`` unlabelled training images drawn by ``seed``, whose
+    ``ld_centile``-th centile is the LD term's ε (a run computes it so; Table 3.2's bottom row varies the centile).
+    Shape: (ld_reference,)."""
+    g = torch.Generator().manual_seed(seed)
+    reference = data.x_unl[torch.randperm(len(data.x_unl), generator=g)[:cfg.ld_reference]]
+    return log_probs(density, reference, cfg.model.pixel_range).numpy()
+
+
 @register_method("complement_gan", ComplementGANRecipe)
 def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
@@ -369,9 +378,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     density = epsilon = None
     if cfg.density_checkpoint:
         density = load_density(cfg.density_checkpoint, cfg.model.image_shape)
-        g = torch.Generator().manual_seed(seed)
-        reference = data.x_unl[torch.randperm(len(data.x_unl), generator=g)[:cfg.ld_reference]]
-        epsilon = float(np.percentile(log_probs(density, reference, cfg.model.pixel_range).numpy(), cfg.ld_centile))
+        epsilon = float(np.percentile(reference_log_probs(cfg, data, density, seed), cfg.ld_centile))
     model, phases = build(cfg, seed, data, density, epsilon)
     evaluate = lambda m: {"test_errors": count_errors(m, data.x_test, data.y_test)}  # noqa: E731
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)

@@ -1,7 +1,8 @@
 """XLNet pretraining (thesis §2.2) and its "DAE + Transformer-XL" baseline (Table 2.19 row 2).
 
 Recipes: ``method: xlnet`` (permutation LM, :class:`XLNetRecipe`) and ``method: dae_txl`` (masked
-LM on the same backbone and data, :class:`DAERecipe`). The model section takes the fields of
+LM on the same backbone and data, :class:`DAERecipe`; with ``model.mem_len`` > 0 it carries the memory
+of the previous, corrupted segment as the permutation LM does). The model section takes the fields of
 :class:`genfeat.models.xlnet.XLNetConfig`; ``n_token`` comes from the tokenizer and ``nsp`` from
 the objective section.
 
@@ -201,8 +202,13 @@ def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
 @register_method("dae_txl", DAERecipe)
 def run_dae(cfg: DAERecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
             resume: bool = False) -> dict[str, float]:
+    from ..data.tokenizers import word_start
+
+    recurrence = cfg.model.get("mem_len", 0) > 0
+
     def objective(text: PretrainingText, for_eval: bool) -> MaskedLMObjective:
         return MaskedLMObjective(replace(cfg.objective, nsp=cfg.objective.nsp and not for_eval), text.special["mask"],
-                                 len(text.vocab), list(text.special.values()))
+                                 len(text.vocab), list(text.special.values()),
+                                 word_start(text.vocab) if cfg.objective.whole_word else None, recurrence=recurrence)
 
     return _pretrain(cfg, objective, seed=seed, out_dir=out_dir, progress=progress, resume=resume)

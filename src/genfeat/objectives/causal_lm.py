@@ -7,14 +7,14 @@ stream starts a new epoch or hands out unrelated segments.
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from typing import Literal
 
-from torch import Tensor, nn
+from torch import nn
 
-from ..framework.objective import LossOutput, Objective
+from ..framework.objective import LossOutput, RecurrentObjective
 
 
-class CausalLMObjective(Objective):
+class CausalLMObjective(RecurrentObjective):
     """Negative log-likelihood of the next token, with memory carried across segments.
 
     Args:
@@ -41,36 +41,19 @@ class CausalLMObjective(Objective):
             raise ValueError(f"loss_positions must be 'full' or 'half', got {loss_positions!r}")
         if ext_len is not None and ext_len < 0:
             raise ValueError(f"ext_len must be >= 0, got {ext_len}")
+        super().__init__(recurrence)
         self.loss_positions = loss_positions
-        self.recurrence = recurrence
         self.ext_len = ext_len
-        self.mems: list[Tensor] | None = None
 
     def __call__(self, model: nn.Module, batch) -> LossOutput:
-        if batch.new_epoch or not self.recurrence:
-            self.mems = None
+        mems = self.memory(batch.new_epoch)
         extra = {} if self.ext_len is None else {"ext_len": self.ext_len}
         if self.recurrence:
-            extra["mems"] = self.mems
+            extra["mems"] = mems
         out = model(batch.input, labels=batch.target, **extra)
-        if self.recurrence:
-            self.mems = out.mems
+        self.keep(out.mems if self.recurrence else None)
         log_probs = out.target_log_probs  # [b, t]
         if self.loss_positions == "half":
             log_probs = log_probs[:, log_probs.shape[1] // 2:]
         nll = -log_probs.float()
         return LossOutput(nll.sum(), nll.numel())
-
-    def reset_state(self) -> None:
-        self.mems = None
-
-    def state_dict(self) -> dict[str, Tensor]:
-        if not self.mems:
-            return {}
-        return {f"mem.{i}": m for i, m in enumerate(self.mems)}
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        if not state:
-            self.mems = None
-            return
-        self.mems = [state[f"mem.{i}"] for i in range(len(state))]

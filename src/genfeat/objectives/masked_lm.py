@@ -16,7 +16,8 @@ the model predicts the original tokens of M from x_hat. As in BERT's released pi
 
 The output head is evaluated only at the chosen positions. The objective works with any backbone
 that follows :class:`MaskedLMModel` (BERT here; the Transformer-XL/XLNet backbone for
-"DAE + Transformer-XL", thesis Table 2.19): one objective, several backbones.
+"DAE + Transformer-XL", thesis Table 2.19, which also carries the memory of the previous segment
+with ``recurrence``): one objective, several backbones.
 
 Randomness comes from torch's global generator unless one is passed, so a resumed run (whose
 trainer restores the generators) masks exactly as the uninterrupted one. A batch that carries
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import Config
-from ..framework.objective import LossOutput, Objective
+from ..framework.objective import LossOutput, RecurrentObjective
 
 
 MODEL_INPUTS = ("token_type_ids", "attention_mask")
@@ -161,7 +162,7 @@ def corrupt(input_ids: Tensor, positions: Tensor, mask_id: int, n_token: int, re
     return MaskedBatch(out, positions, input_ids[positions])
 
 
-class MaskedLMObjective(Objective):
+class MaskedLMObjective(RecurrentObjective):
     """Summed cross-entropy of the original tokens at the chosen positions (+ NSP), over a :class:`MaskedLMModel`.
 
     Args:
@@ -172,10 +173,14 @@ class MaskedLMObjective(Objective):
         word_start: [V] bool, True for ids that begin a word (WordPiece: not ``##...``;
             sentencepiece: ``▁...``); needed by ``whole_word``.
         generator: random source (default: torch's global one, which the trainer saves and restores).
+        recurrence: carry Transformer-XL's memory from batch to batch ("DAE + Transformer-XL", thesis
+            Table 2.19 row 2, on an XLNet backbone with ``mem_len`` > 0): the model also takes ``mems=`` and
+            returns ``mems``, the states of the previous, corrupted segment; the batch then also holds
+            ``new_epoch`` (the memory is dropped when it is true). BERT has no memory: False.
 
     The batch is a mapping with ``input_ids`` [b, t] and optionally ``attention_mask`` [b, t]
     (0: padding, never chosen), ``token_type_ids`` and, with ``nsp``, ``next_sentence_label`` [b];
-    every key but the label is passed to the model.
+    every key but the label (and ``new_epoch``) is passed to the model.
 
     Returns LossOutput(sum over chosen tokens of -log p, number of chosen tokens, logs) with logs
     ``correct`` (chosen tokens predicted right). With ``nsp`` the NSP loss enters the sum scaled
@@ -186,7 +191,8 @@ class MaskedLMObjective(Objective):
     name = "mlm"
 
     def __init__(self, cfg: MaskedLMConfig, mask_id: int, n_token: int, special_ids: list[int] | tuple[int, ...] = (),
-                 word_start: Tensor | None = None, generator: torch.Generator | None = None):
+                 word_start: Tensor | None = None, generator: torch.Generator | None = None, recurrence: bool = False):
+        super().__init__(recurrence)
         if not 0 <= mask_id < n_token:
             raise ValueError(f"mask_id {mask_id} is outside the vocabulary [0, {n_token})")
         if cfg.whole_word and (word_start is None or word_start.shape != (n_token,)):
@@ -211,7 +217,11 @@ class MaskedLMObjective(Objective):
     def __call__(self, model: MaskedLMModel, batch: Mapping[str, Tensor]) -> LossOutput:
         masked = self.mask(batch)
         inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+        if self.recurrence:
+            inputs["mems"] = self.memory(batch["new_epoch"])
         out = model(input_ids=masked.input_ids, masked_positions=masked.positions, **inputs)
+        if self.recurrence:
+            self.keep(out.mems)
         logits = out.logits.float()
         n = masked.labels.numel()
         loss = F.cross_entropy(logits, masked.labels, reduction="sum")

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config
-from ..framework.objective import LossOutput, Objective
+from ..framework.objective import LossOutput, RecurrentObjective
 from .masked_lm import next_sentence_term, row_generators
 
 
@@ -147,7 +147,7 @@ def permutation_inputs(predicted: Tensor, order: Literal["random", "identity"] =
     return perm_mask, target_mapping, positions
 
 
-class PermutationLMObjective(Objective):
+class PermutationLMObjective(RecurrentObjective):
     """Negative log-likelihood of the predicted tokens under sampled factorization orders (Eq. 2.3).
 
     The model is called as ``model(input_ids, perm_mask=..., target_mapping=..., token_type_ids=...,
@@ -169,9 +169,9 @@ class PermutationLMObjective(Objective):
     def __init__(self, cfg: PermutationLMConfig | None = None, generator: torch.Generator | None = None,
                  special_ids: list[int] | tuple[int, ...] = ()):
         self.cfg = cfg or PermutationLMConfig()
+        super().__init__(self.cfg.recurrence)
         self.generator = generator
         self.special_ids = torch.tensor(sorted(special_ids), dtype=torch.long)
-        self.mems: list[Tensor] | None = None
 
     def sample(self, x: Tensor, seeds: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """(perm_mask, target_mapping, positions) for the token ids x [b, t], on x's device; row i
@@ -190,26 +190,15 @@ class PermutationLMObjective(Objective):
 
     def __call__(self, model: nn.Module, batch) -> LossOutput:
         fields = batch if isinstance(batch, Mapping) else {"input_ids": batch.input, "new_epoch": batch.new_epoch}
-        if fields["new_epoch"] or not self.cfg.recurrence:
-            self.mems = None
+        mems = self.memory(fields["new_epoch"])
         x = fields["input_ids"]
         perm_mask, target_mapping, positions = self.sample(x, fields.get("seed"))
         out = model(x, perm_mask=perm_mask, target_mapping=target_mapping, token_type_ids=fields.get("token_type_ids"),
-                    mems=self.mems)
-        if self.cfg.recurrence:
-            self.mems = out.mems
+                    mems=mems)
+        self.keep(out.mems)
         labels = x.gather(1, positions)
         nll = F.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
         logs: dict[str, float] = {}
         if self.cfg.nsp:
             nll = nll + next_sentence_term(out.nsp_logits, fields["next_sentence_label"], labels.numel(), logs)
         return LossOutput(nll, labels.numel(), logs)
-
-    def reset_state(self) -> None:
-        self.mems = None
-
-    def state_dict(self) -> dict[str, Tensor]:
-        return {f"mem.{i}": m for i, m in enumerate(self.mems or [])}
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        self.mems = [state[f"mem.{i}"] for i in range(len(state))] or None
