@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import Config, to_dict
+from ..config import Config, check_least, to_dict
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import resume_dir
@@ -63,7 +63,7 @@ from ..framework.trainer import to_device
 from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
                    save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
-from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
+from ..models.heads import MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..objectives.task import TaskLMObjective, TaskObjective, model_inputs
 from ..runner import register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
@@ -104,10 +104,9 @@ class FineTuneDataConfig(Config):
     """Similarity tasks (MRPC, STS-B, QQP): both orders with their states added (GPT-1); false: one order."""
 
     def __post_init__(self):
-        if min(self.batch_size, self.eval_batch_size, self.max_segments) < 1:
-            raise ValueError("batch_size, eval_batch_size and max_segments must be >= 1")
-        if self.max_train_examples < 0 or self.max_eval_examples < 0:
-            raise ValueError("max_train_examples and max_eval_examples must be >= 0")
+        # checked when the recipe is read, before any data or tokenizer work
+        check_least(self, max_train_examples=0, max_eval_examples=0, batch_size=1, eval_batch_size=1,
+                    max_len=MIN_MAX_LEN, doc_stride=1, max_query_len=1, max_segments=1)
 
 
 @dataclass
