@@ -1,8 +1,26 @@
-"""Fine-tuning inputs (genfeat.methods.finetune): bad data settings are one error line before any data work."""
+"""Fine-tuning inputs and checkpoints (genfeat.methods.finetune) on real data (../shared/data): a fine-tuned head
+scores only the task it was trained for (and stays a fine-tuning init for any task), and bad data settings are one
+error line before any data work."""
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
 
 import pytest
 
 from genfeat import cli
+from genfeat.errors import CheckpointError
+from genfeat.methods.finetune import check_head
+from genfeat.models.heads import FineTuneConfig, FineTuneModel, HeadConfig
+from genfeat.runner import run_recipe
+from genfeat.tasks import get_task
+
+DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
+needs_glue = pytest.mark.skipif(not (DATA / "glue" / "CoLA" / "dev.tsv").is_file()
+                                or not (DATA / "glue" / "SST-2" / "test.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
+TINY = {"n_token": 50, "d_model": 16, "n_layer": 1, "n_head": 2, "d_inner": 32, "max_position": 32}
 
 
 def _main(argv, capsys):
@@ -16,6 +34,60 @@ def _one_error_line(code, err, *needles):
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "fix:" in lines[0], err
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def sst2_run(tmp_path_factory):
+    """One step of the debug recipe on SST-2 with inputs cut to 12 tokens: OUT, the result and its stderr."""
+    out = tmp_path_factory.mktemp("ft") / "sst2"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        result = run_recipe("recipes/finetune/debug.yaml", {
+            "data": {"max_train_examples": 32, "max_eval_examples": 8, "batch_size": 8, "max_len": 12,
+                     "test_split": "test"},
+            "vocab_size": 200, "steps": 1, "train": {"eval_every": 0, "progress": False}}, [0], out_dir=out,
+            progress=False)
+    return out, result, err.getvalue()
+
+
+def _model(task: str, kind: str = "classification", n_labels: int = 2) -> FineTuneModel:
+    head = HeadConfig(kind=kind, n_labels=n_labels, d_model=16, pool=True)
+    return FineTuneModel(FineTuneConfig(task=task, backbone="bert", backbone_config=TINY, head=head, max_len=32))
+
+
+def test_a_head_serves_the_task_it_was_trained_for_and_a_foreign_one_is_checked_by_shape():
+    sst2 = _model("sst2")
+    check_head(sst2, get_task("sst2"), "ckpt")
+    for other in ("cola", "wnli", "mrpc"):                    # labels 0/1 too, with other meanings
+        with pytest.raises(CheckpointError, match=f"fine-tuned for task 'sst2' and predicts its labels, not those of "
+                                                  f"task '{other}'. fix: evaluate it on 'sst2', or fine-tune for "
+                                                  f"'{other}'"):
+            check_head(sst2, get_task(other), "ckpt")
+    # a Hugging Face task model names no genfeat task: a head of the task's kind and label count serves it
+    check_head(_model("hf:BertForSequenceClassification"), get_task("cola"), "hf")
+    with pytest.raises(CheckpointError, match="with 2 labels.*needs a classification head with 3 labels"):
+        check_head(_model("hf:BertForSequenceClassification"), get_task("mnli"), "hf")
+    # a span head points into its input, so it answers any span task (the article split of SQuAD's dev file)
+    check_head(_model("squad_v1.1", "span"), get_task("squad_split"), "squad")
+
+
+@needs_glue
+def test_evaluate_refuses_another_task_and_the_head_is_still_replaced_for_one(sst2_run, capsys, tmp_path):
+    out, _, _ = sst2_run
+    final = str(out / "final")
+    code, _, err = _main(["evaluate", "--checkpoint", final, "--task", "cola", "--max-examples", "8"], capsys)
+    _one_error_line(code, err, f"checkpoint '{final}' was fine-tuned for task 'sst2'", "not those of task 'cola'",
+                    f"fix: evaluate it on 'sst2', or fine-tune for 'cola' (init: {final})")
+    # the fix works: the fine-tuned model is an init for CoLA (its backbone taken, the head new), then scores CoLA
+    result = run_recipe("recipes/finetune/sst2_bert.yaml", {
+        "init": final, "steps": 1, "data": {"task": "cola", "max_train_examples": 8, "max_eval_examples": 8,
+                                            "batch_size": 8, "max_len": 32}, "train": {"eval_every": 0}},
+        [0], out_dir=tmp_path / "cola", progress=False)
+    assert result["dev_examples"] == 8 and -1.0 <= result["dev_matthews"] <= 1.0
+    code, stdout, err = _main(["evaluate", "--checkpoint", str(tmp_path / "cola" / "final"), "--task", "cola",
+                               "--max-examples", "8", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout.splitlines()[-1])["matthews"] == pytest.approx(result["dev_matthews"], abs=1e-12)
 
 
 @pytest.mark.parametrize("field, value, least", [

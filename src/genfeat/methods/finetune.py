@@ -361,21 +361,27 @@ def scores(spec: TaskSpec, examples: Sequence[Example], preds: Sequence) -> dict
 
 # --------------------------------------------------------------------------------------------- model
 def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
-    """Refuse a fine-tuned checkpoint whose head cannot serve ``spec`` (another kind or label count)."""
+    """Refuse a fine-tuned checkpoint whose head cannot serve ``spec``.
+
+    A classification or regression head trained for a genfeat task (``config.task`` in TASKS) serves that
+    task only: its label ids and score scale are that task's, so a head of the same shape would score
+    another task silently wrong (SST-2's 0/1 are not CoLA's). Span and multiple-choice heads point into
+    their input, so they serve any task of their kind. A Hugging Face task model names no genfeat task
+    (``hf:<architecture>``): its head's kind and label count must fit."""
     head = model.config.head
     kind = _head_kind(spec)
-    trained = get_task(model.config.task) if model.config.task in TASKS else None
-    if (kind == "classification" and head.kind == kind and head.n_labels == spec.n_labels and trained is not None
-            and trained.labels != spec.labels):
-        raise CheckpointError(f"checkpoint '{path}' predicts the labels {trained.labels} of task '{trained.name}', "
-                              f"task '{spec.name}' has the labels {spec.labels}",
-                              f"evaluate it on '{trained.name}', or fine-tune for '{spec.name}' (init: {path})")
+    trained = model.config.task
     if head.kind != kind or (kind == "classification" and head.n_labels != spec.n_labels):
         have = f"{head.kind} head" + (f" with {head.n_labels} labels" if head.kind == "classification" else "")
         need = f"{kind} head" + (f" with {spec.n_labels} labels" if kind == "classification" else "")
-        raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{model.config.task}'), task "
+        raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{trained}'), task "
                               f"'{spec.name}' needs a {need}",
-                              f"evaluate it on '{model.config.task}', or fine-tune for '{spec.name}' (init: {path})")
+                              f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
+    if head.kind in ("classification", "regression") and trained in TASKS and trained != spec.name:
+        outputs = "labels" if head.kind == "classification" else "scores"
+        raise CheckpointError(f"checkpoint '{path}' was fine-tuned for task '{trained}' and predicts its {outputs}, "
+                              f"not those of task '{spec.name}'",
+                              f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
 
 
 def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
