@@ -1,11 +1,12 @@
 """Fine-tuning inputs and checkpoints (genfeat.methods.finetune) on real data (../shared/data): a fine-tuned head
-scores only the task it was trained for (and stays a fine-tuning init for any task), and bad data settings are one
-error line before any data work."""
+scores only the task it was trained for (and stays a fine-tuning init for any task), bad data settings are one
+error line before any data work, and every split cut to max_len is noted on stderr, once, with its count."""
 
 import contextlib
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 needs_glue = pytest.mark.skipif(not (DATA / "glue" / "CoLA" / "dev.tsv").is_file()
                                 or not (DATA / "glue" / "SST-2" / "test.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
 TINY = {"n_token": 50, "d_model": 16, "n_layer": 1, "n_head": 2, "d_inner": 32, "max_position": 32}
+NOTE = re.compile(r"note: (\d+) of (\d+) (\w+) examples were cut to fit max_len 12$")
 
 
 def _main(argv, capsys):
@@ -88,6 +90,21 @@ def test_evaluate_refuses_another_task_and_the_head_is_still_replaced_for_one(ss
                                "--max-examples", "8", "--json"], capsys)
     assert code == 0, err
     assert json.loads(stdout.splitlines()[-1])["matthews"] == pytest.approx(result["dev_matthews"], abs=1e-12)
+
+
+@needs_glue
+def test_every_cut_split_is_noted_once_with_its_count(sst2_run, capsys):
+    out, result, err = sst2_run
+    notes = {m[3]: (int(m[1]), int(m[2])) for m in map(NOTE.match, err.splitlines()) if m}
+    assert notes == {"train": (result["train_truncated"], 32), "dev": (result["dev_truncated"], 8),
+                     "test": (result["test_truncated"], 8)}, err
+    assert min(n for n, _ in notes.values()) > 0, "12 tokens cut SST-2 sentences in every split"
+    assert len([line for line in err.splitlines() if line.startswith("note:")]) == 3
+    code, stdout, err = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--max-examples", "8",
+                               "--json"], capsys)
+    figures = json.loads(stdout.splitlines()[-1])
+    assert code == 0 and [NOTE.match(line).groups() for line in err.splitlines() if line.startswith("note:")] == \
+        [(str(figures["truncated"]), "8", "dev")] and figures["truncated"] == result["dev_truncated"]
 
 
 @pytest.mark.parametrize("field, value, least", [

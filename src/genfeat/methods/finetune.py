@@ -20,7 +20,8 @@ runs/bert_pretrain/final`` continues from it (recipes/finetune/*_bert.yaml; *_xl
 runs/pretrain_k6/final, the default OUT of recipes/xlnet/pretrain_k6.yaml; *_gpt.yaml runs/gpt_pretrain/final).
 
 Long inputs: BERT and GPT cut a text to max_len (longest segment first, GPT-1/BERT's rule) and the
-result counts the examples cut (``train_truncated``, ``dev_truncated``). XLNet and Transformer-XL with
+result counts the examples cut (``train_truncated``, ``dev_truncated``; a note on stderr for every split that
+is cut, ``genfeat evaluate``'s too). XLNet and Transformer-XL with
 ``max_segments`` > 1 read the first ⌊n/u⌋ (at most max_segments - 1) full segments of u tokens of the
 long text (the single text; a RACE passage) into memory, then the final segment as usual with the
 text's last tokens (from the first word start that fits) and its summary token, whose state is
@@ -209,10 +210,10 @@ def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segm
     return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, s * u < cut
 
 
-def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, cfg: FineTuneConfig
+def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, cfg: FineTuneConfig, split: str
                  ) -> tuple[list[Item], int]:
     """The items of ``examples`` (span tasks: one per window) for a model of ``cfg`` (its max_segments and
-    both_orders), and the number of examples cut short."""
+    both_orders), and the number of examples cut short, which is also noted on stderr naming ``split``."""
     items, cut = [], set()
     long_ok = cfg.max_segments > 1 and spec.transform in ("single", "multiple_choice")
     transform = "pair" if spec.transform == "similarity" and not cfg.both_orders else spec.transform
@@ -226,6 +227,9 @@ def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncod
             if enc.truncated and spec.transform != "span":
                 cut.add(i)
             items.append(Item(enc, memory))
+    if cut:
+        print(f"note: {len(cut)} of {len(examples)} {split} examples were cut to fit max_len {cfg.max_len}"
+              + (f" and max_segments {cfg.max_segments}" if long_ok else ""), file=sys.stderr)
     return items, len(cut)
 
 
@@ -473,11 +477,6 @@ def _subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
     return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
 
 
-def _warn_truncated(split: str, cut: int, total: int, max_len: int) -> None:
-    if cut:
-        print(f"note: {cut} of {total} {split} examples were cut to max_len {max_len} tokens", file=sys.stderr)
-
-
 @register_method("finetune", FineTuneRecipe)
 def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
@@ -495,9 +494,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                           "positions", "lower data.max_len")
     encoder = encoder_for(model, vocab, d.max_query_len)
     fmt = encoder.fmt
-    train_items, train_cut = encode_items(train_ex, spec, encoder, model.config)
-    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config)
-    _warn_truncated("training", train_cut, len(train_ex), d.max_len)
+    train_items, train_cut = encode_items(train_ex, spec, encoder, model.config, d.train_split)
+    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config, d.dev_split)
     if cfg.aux_lm_weight and not model.adapter.causal:
         raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {model.config.backbone} backbone has no "
                           "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt and "
@@ -537,7 +535,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if d.test_split is not None:
         test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
         test_ex = _subset(test_ex, d.max_eval_examples)
-        test_items, test_cut = encode_items(test_ex, spec, encoder, model.config)
+        test_items, test_cut = encode_items(test_ex, spec, encoder, model.config, d.test_split)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
@@ -585,7 +583,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                           "but --max-examples scores a subset", "drop --max-examples to write predictions")
     examples = _subset(examples, max_examples)
     encoder = encoder_for(model, vocab)
-    items, cut = encode_items(examples, spec, encoder, model.config)
+    items, cut = encode_items(examples, spec, encoder, model.config, split)
     outs = predict(model.to(target), items, encoder.fmt, batch_size)
     preds = predictions(spec, examples, items, outs, encoder.fmt)
     result: dict[str, Any] = dict(scores(spec, examples, preds))
