@@ -1,6 +1,10 @@
 """Hugging Face BERT task models <-> genfeat fine-tuned models (genfeat.interop.hf_finetune): random-weight parity
 (fp32, <= 1e-4) with transformers' BertForSequenceClassification (classes and regression), BertForMultipleChoice and
-BertForQuestionAnswering, with padding and token types, both ways."""
+BertForQuestionAnswering, with padding and token types, both ways; and fine-tuning from a Hugging Face directory
+on real data (../shared/data) through to evaluating the task model transformers saves."""
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +14,7 @@ from genfeat.hub import from_pretrained, save_pretrained
 from genfeat.models.heads import FineTuneModel
 
 transformers = pytest.importorskip("transformers")
+DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 
 CFG = {"vocab_size": 60, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
        "max_position_embeddings": 32, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -161,3 +166,39 @@ def test_gpt_double_heads_multiple_choice_parity_both_ways(tmp_path):
     plain.save_pretrained(tmp_path / "plain")
     with pytest.raises(CheckpointError, match="genfeat_n_special"):
         from_double_heads(load_checkpoint(tmp_path / "plain")[0])
+
+
+@pytest.mark.skipif(not (DATA / "glue" / "SST-2" / "dev.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
+def test_finetuning_from_a_hugging_face_directory_and_evaluating_the_task_model_transformers_saves(tmp_path, capsys):
+    """End to end: a BertForMaskedLM saved by transformers with its WordPiece tokenizer is the init of two SST-2
+    steps; the fine-tuned model, exported and saved again by transformers as BertForSequenceClassification with
+    its tokenizer, scores what the run scored."""
+    from collections import Counter
+
+    from genfeat import cli
+    from genfeat.methods.finetune import evaluate_task
+    from genfeat.runner import run_recipe
+    from genfeat.tasks import load_task
+
+    texts = [ex.texts[0] for ex in load_task("sst2", "train")[:400]]
+    words = [w for w, _ in Counter(w for t in texts for w in t.lower().split()).most_common(250)]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
+    mlm = tmp_path / "mlm"
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.BertConfig(**{**CFG, "vocab_size": len(tokenizer),
+                                                            "max_position_embeddings": 64})).save_pretrained(mlm)
+    tokenizer.save_pretrained(mlm)
+    result = run_recipe("recipes/finetune/sst2_bert.yaml", {
+        "init": str(mlm), "steps": 2, "data": {"max_train_examples": 32, "max_eval_examples": 32, "batch_size": 16,
+                                               "max_len": 64}, "train": {"eval_every": 0}},
+        [0], out_dir=tmp_path / "ft", progress=False)
+    assert result["steps"] == 2 and result["dev_examples"] == 32 and 0.0 <= result["dev_accuracy"] <= 1.0
+    assert cli.main(["export", "--checkpoint", str(tmp_path / "ft" / "final"), "--out", str(tmp_path / "export")]) == 0
+    capsys.readouterr()
+    hf_task = tmp_path / "hf_task"
+    transformers.BertForSequenceClassification.from_pretrained(tmp_path / "export").save_pretrained(hf_task)
+    transformers.AutoTokenizer.from_pretrained(tmp_path / "export").save_pretrained(hf_task)
+    figures = evaluate_task(hf_task, "sst2", max_examples=32)
+    assert figures["examples"] == 32 and set(figures) >= {"accuracy", "truncated", "seconds"}
+    assert figures["accuracy"] == pytest.approx(result["dev_accuracy"], abs=1e-12)

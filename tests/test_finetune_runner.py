@@ -138,7 +138,7 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch):
     assert model.config.head.answerability and hasattr(model.head, "answer")
     examples = load_task(spec, "dev")
     encoder = encoder_for(model, vocab, 16)
-    items, _ = encode_items(examples, spec, encoder, model.config)
+    items, _ = encode_items(examples, spec, encoder, model.config, "dev")
     outs = predict(model, items, encoder.fmt, 8)
     best = [max(o["answer"] for it, o in zip(items, outs) if it.encoded.example == i) for i in range(len(examples))]
     answerable = [b for b, ex in zip(best, examples) if ex.answers]
@@ -174,7 +174,7 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     u = 12 - 2                                                    # A <sep> <cls>: 10 tokens of text per segment
     assert len(ids) > 3 * u, "the text must need more segments than max_segments allows"
     items, cut = encode_items([Example("a", (long_text,), 1), Example("b", (short_text,), 0)], spec,
-                              encoder_for(model, vocab), model.config)
+                              encoder_for(model, vocab), model.config, "train")
     long_item, short_item = items
     assert long_item.memory == [ids[:u], ids[u:2 * u]] and short_item.memory == []
     tail = long_item.encoded.sequences[0].ids[:-2]
@@ -206,8 +206,9 @@ def test_gpt_auxiliary_lm_is_a_second_weighted_term(tmp_path):
 
     model, vocab = load_checkpoint(tmp_path / "gpt" / "final")
     pairs = load_task("mrpc", "dev")[:2]
-    both, _ = encode_items(pairs, TASKS["mrpc"], encoder_for(model, vocab), model.config)
-    one, _ = encode_items(pairs, TASKS["mrpc"], encoder_for(model, vocab), replace(model.config, both_orders=False))
+    both, _ = encode_items(pairs, TASKS["mrpc"], encoder_for(model, vocab), model.config, "dev")
+    one, _ = encode_items(pairs, TASKS["mrpc"], encoder_for(model, vocab), replace(model.config, both_orders=False),
+                          "dev")
     assert [len(it.encoded.sequences) for it in both] == [2, 2] and [len(it.encoded.sequences) for it in one] == [1, 1]
     assert result["new_params"] == 3 * 32 + 32 * 2 + 2, "only the three special embeddings and the linear head are new"
     logged = [json.loads(line) for line in (tmp_path / "gpt" / "metrics.jsonl").read_text().splitlines()]

@@ -101,3 +101,56 @@ def test_low_temperature_is_greedy_and_high_temperature_is_uniform():
     assert chi_square_p(counts, torch.softmax(lp, -1)) < 1e-6
     with pytest.raises(ValueError):
         generate(m, context, 3, temperature=0.0)
+
+
+def test_cli_samples_gpt_with_its_cache_and_transformer_xl_with_memory(tmp_path, capsys):
+    """``genfeat generate`` serves both causal LMs through one path; other models and a GPT's limits are one line."""
+    import json
+
+    from genfeat import cli
+    from genfeat.data.tokenizers import TokenizerConfig, train_tokenizer
+    from genfeat.data.vocab import SymbolVocab
+    from genfeat.hub import save_pretrained
+    from genfeat.models.bert import BertConfig, BertForMaskedLM
+    from genfeat.models.gpt import GPTConfig, GPTLMHeadModel
+
+    def run(*argv):
+        code = cli.main(["generate", *argv])
+        out, err = capsys.readouterr()
+        return code, (json.loads(out.splitlines()[-1]) if code == 0 else err)
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the model learns features from text and the classifier reads them\n" * 20
+                      + "margins widen while the learner samples new words\n" * 20)
+    bpe = train_tokenizer(TokenizerConfig("bpe", 80), corpus, tmp_path / "tok")
+    torch.manual_seed(0)
+    gpt = GPTLMHeadModel(GPTConfig(n_token=len(bpe), d_model=16, n_layer=2, n_head=2, d_inner=32, max_position=24))
+    with torch.no_grad():                              # a peaked, context-dependent distribution
+        for p in gpt.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    save_pretrained(gpt.eval(), tmp_path / "gpt", bpe)
+    prompt = "the model learns"
+    ids = bpe.encode(prompt)
+    code, out = run("--checkpoint", str(tmp_path / "gpt"), "--prompt", prompt, "--length", "8", "--top-k", "1",
+                    "--json")
+    assert code == 0 and out["tokens"] == 8
+    assert out["text"] == bpe.decode(gpt.generate(torch.tensor(ids), 8, top_k=1, use_cache=False).tolist())
+    code, out = run("--checkpoint", str(tmp_path / "gpt"), "--prompt", prompt, "--seed", "3", "--json")
+    assert code == 0 and out["tokens"] == 24 - len(ids), "by default a GPT samples the positions the prompt leaves"
+    for argv, needle in [(["--length", "30"], f"pass --length {24 - len(ids)} or less"),
+                         (["--mem-len", "4"], "fix: drop --mem-len")]:
+        code, err = run("--checkpoint", str(tmp_path / "gpt"), "--prompt", prompt, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    # a Transformer-XL checkpoint takes the same path, with its memory
+    words = SymbolVocab(["<eos>"] + [f"w{i}" for i in range(49)], "word")
+    txl = model(mem_len=8)
+    save_pretrained(txl, tmp_path / "txl", words)
+    code, out = run("--checkpoint", str(tmp_path / "txl"), "--prompt", "w3 w7 w1", "--length", "6", "--top-k", "1",
+                    "--json")
+    assert code == 0 and out["text"] == words.decode(generate(txl, torch.tensor(words.encode("w3 w7 w1")), 6,
+                                                              top_k=1).tolist())
+    save_pretrained(BertForMaskedLM(BertConfig(n_token=50, d_model=16, n_layer=1, n_head=2, d_inner=32)),
+                    tmp_path / "bert", words)
+    code, err = run("--checkpoint", str(tmp_path / "bert"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "holds a bert model, not transformer_xl or gpt. fix: pass a transformer_xl or gpt checkpoint" in err

@@ -1,11 +1,11 @@
 """The ``genfeat`` command line.
 
 Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM figures of a
-checkpoint on a corpus), ``generate`` (top-k sampling with memory reuse), ``recl`` (relative
-effective context length of a model group), ``export`` (genfeat checkpoint to Hugging Face format),
-``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer for pretraining), ``zero-shot``
-(GPT-1's zero-shot heuristic for a causal LM checkpoint), ``generate-questions`` (GDAN's question
-generator on paragraphs, JSONL out).
+checkpoint on a corpus), ``generate`` (top-k sampling from a Transformer-XL, reusing memory, or a GPT,
+reusing its keys and values), ``recl`` (relative effective context length of a model group), ``export``
+(genfeat checkpoint to Hugging Face format), ``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer
+for pretraining), ``zero-shot`` (GPT-1's zero-shot heuristic for a causal LM checkpoint),
+``generate-questions`` (GDAN's question generator on paragraphs, JSONL out).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
 ``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from .errors import ConfigError, DataError, GenfeatError
+from .errors import CheckpointError, ConfigError, DataError, GenfeatError
 
 
 def _emit(result: dict[str, Any], as_json: bool, human: str) -> None:
@@ -109,12 +109,17 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, _fmt(result))
 
 
-def _load_lm(path: str, device: str = "cpu"):
+def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",)):
+    """The model of checkpoint ``path`` on ``device`` and its vocabulary; the model must be one of ``architectures``."""
     from .framework.trainer import resolve_device
-    from .hub import load_checkpoint
+    from .hub import architecture_of, load_checkpoint
 
     target = resolve_device(device, "--device")
-    model, vocab = load_checkpoint(path, architecture="transformer_xl")
+    model, vocab = load_checkpoint(path)
+    arch = architecture_of(model)
+    if arch not in architectures:
+        raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
+                              f"pass a {' or '.join(architectures)} checkpoint")
     return model.to(target), vocab
 
 
@@ -167,33 +172,57 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, _fmt(result))
 
 
+DEFAULT_LENGTH = 200
+"""Tokens ``generate`` samples when --length is not given (a GPT: at most the positions its prompt leaves)."""
+
+
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
+    """``generate``: a Transformer-XL samples with its memory (genfeat.generation.generate), a GPT with its
+    key/value cache (GPTLMHeadModel.generate)."""
+    import functools
+
     import torch
 
     from .generation import generate
+    from .hub import architecture_of
 
     _no_extra(extra)
     _require(args, length=(1, "pass --length 1 or more"), top_k=(1, "pass --top-k 1 (greedy) or more"),
              mem_len=(0, "pass a memory length of 0 or more"))
     if args.temperature <= 0:
         raise ConfigError(f"--temperature is {args.temperature}, but must be > 0", "pass e.g. --temperature 1.0")
-    model, vocab = _load_lm(args.checkpoint, args.device)
+    model, vocab = _load_lm(args.checkpoint, args.device, ("transformer_xl", "gpt"))
+    gpt = architecture_of(model) == "gpt"
+    if gpt and args.mem_len is not None:
+        raise ConfigError(f"--mem-len is a Transformer-XL memory, but '{args.checkpoint}' holds a GPT model, which "
+                          "attends over every earlier position", "drop --mem-len")
     if vocab is None:
         raise ConfigError(f"checkpoint '{args.checkpoint}' has no vocab.json, so a text prompt cannot be encoded",
                           "save the model with its vocabulary (genfeat checkpoints include it)")
     ids = vocab.encode(args.prompt) if args.prompt else []
     if not ids:
         ids = [0]
+    length = DEFAULT_LENGTH if args.length is None else args.length
+    if gpt:
+        positions = model.config.max_position
+        room = positions - len(ids)
+        if room < 1:
+            raise ConfigError(f"the prompt's {len(ids)} tokens fill the GPT model's {positions} positions",
+                              f"pass a prompt of fewer than {positions} tokens")
+        if args.length is None:
+            length = min(length, room)
+        if length > room:
+            raise ConfigError(f"the prompt's {len(ids)} tokens and --length {length} exceed the GPT model's "
+                              f"{positions} positions", f"pass --length {room} or less, or a shorter prompt")
+    sample = model.generate if gpt else functools.partial(generate, model, mem_len=args.mem_len)
     g = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed)
     t0 = time.time()
-    with torch.no_grad():
-        out = generate(model, torch.tensor(ids), args.length, top_k=args.top_k, temperature=args.temperature,
-                       generator=g, mem_len=args.mem_len)
+    out = sample(torch.tensor(ids), length, top_k=args.top_k, temperature=args.temperature, generator=g)
     seconds = time.time() - t0
     text = vocab.decode(out.flatten().tolist())
     # the prompt and the sample decoded together, so word-level output keeps the space between them
     shown = vocab.decode(ids + out.flatten().tolist()) if args.prompt else text
-    _emit({"prompt": args.prompt, "text": text, "tokens": args.length, "seconds": seconds}, args.json, shown)
+    _emit({"prompt": args.prompt, "text": text, "tokens": length, "seconds": seconds}, args.json, shown)
 
 
 def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
@@ -359,13 +388,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=cmd_evaluate)
 
-    g = sub.add_parser("generate", parents=[common], help="top-k sampling from a context, reusing memory")
+    g = sub.add_parser("generate", parents=[common], help="top-k sampling from a context with a Transformer-XL "
+                                                          "(reusing memory) or GPT (reusing keys and values) checkpoint")
     g.add_argument("--checkpoint", required=True)
     g.add_argument("--prompt", default="")
-    g.add_argument("--length", type=int, default=200)
+    g.add_argument("--length", type=int, default=None, help=f"tokens to sample (default {DEFAULT_LENGTH}; for a GPT "
+                   "at most the positions the prompt leaves)")
     g.add_argument("--top-k", type=int, default=40)
     g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--mem-len", type=int, default=None)
+    g.add_argument("--mem-len", type=int, default=None, help="Transformer-XL: memory length while sampling "
+                   "(default: the model's)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", **device_kw)
     g.add_argument("--json", action="store_true")

@@ -159,6 +159,19 @@ class Config:
         check_fields(self)
 
 
+def check_least(cfg: Any, **least: float) -> None:
+    """Refuse a numeric field of ``cfg`` below its least allowed value: ``check_least(self, max_len=5)``.
+
+    Raises:
+        ValueError: naming the first such field, its value and the least value (:func:`from_dict`
+            turns it into a ConfigError naming the section).
+    """
+    for name, bound in least.items():
+        value = getattr(cfg, name)
+        if value < bound:
+            raise ValueError(f"{name} is {value}, but must be >= {bound:g}")
+
+
 def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
     """Build the dataclass ``cls`` from ``data``, checking names and types recursively.
 

@@ -20,7 +20,8 @@ runs/bert_pretrain/final`` continues from it (recipes/finetune/*_bert.yaml; *_xl
 runs/pretrain_k6/final, the default OUT of recipes/xlnet/pretrain_k6.yaml; *_gpt.yaml runs/gpt_pretrain/final).
 
 Long inputs: BERT and GPT cut a text to max_len (longest segment first, GPT-1/BERT's rule) and the
-result counts the examples cut (``train_truncated``, ``dev_truncated``). XLNet and Transformer-XL with
+result counts the examples cut (``train_truncated``, ``dev_truncated``; a note on stderr for every split that
+is cut, ``genfeat evaluate``'s too). XLNet and Transformer-XL with
 ``max_segments`` > 1 read the first ⌊n/u⌋ (at most max_segments - 1) full segments of u tokens of the
 long text (the single text; a RACE passage) into memory, then the final segment as usual with the
 text's last tokens (from the first word start that fits) and its summary token, whose state is
@@ -55,7 +56,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import Config, to_dict
+from ..config import Config, check_least, to_dict
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import resume_dir
@@ -63,7 +64,7 @@ from ..framework.trainer import to_device
 from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
                    save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
-from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
+from ..models.heads import MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..objectives.task import TaskLMObjective, TaskObjective, model_inputs
 from ..runner import register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
@@ -104,10 +105,9 @@ class FineTuneDataConfig(Config):
     """Similarity tasks (MRPC, STS-B, QQP): both orders with their states added (GPT-1); false: one order."""
 
     def __post_init__(self):
-        if min(self.batch_size, self.eval_batch_size, self.max_segments) < 1:
-            raise ValueError("batch_size, eval_batch_size and max_segments must be >= 1")
-        if self.max_train_examples < 0 or self.max_eval_examples < 0:
-            raise ValueError("max_train_examples and max_eval_examples must be >= 0")
+        # checked when the recipe is read, before any data or tokenizer work
+        check_least(self, max_train_examples=0, max_eval_examples=0, batch_size=1, eval_batch_size=1,
+                    max_len=MIN_MAX_LEN, doc_stride=1, max_query_len=1, max_segments=1)
 
 
 @dataclass
@@ -210,10 +210,10 @@ def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segm
     return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, s * u < cut
 
 
-def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, cfg: FineTuneConfig
+def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, cfg: FineTuneConfig, split: str
                  ) -> tuple[list[Item], int]:
     """The items of ``examples`` (span tasks: one per window) for a model of ``cfg`` (its max_segments and
-    both_orders), and the number of examples cut short."""
+    both_orders), and the number of examples cut short, which is also noted on stderr naming ``split``."""
     items, cut = [], set()
     long_ok = cfg.max_segments > 1 and spec.transform in ("single", "multiple_choice")
     transform = "pair" if spec.transform == "similarity" and not cfg.both_orders else spec.transform
@@ -227,6 +227,9 @@ def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncod
             if enc.truncated and spec.transform != "span":
                 cut.add(i)
             items.append(Item(enc, memory))
+    if cut:
+        print(f"note: {len(cut)} of {len(examples)} {split} examples were cut to fit max_len {cfg.max_len}"
+              + (f" and max_segments {cfg.max_segments}" if long_ok else ""), file=sys.stderr)
     return items, len(cut)
 
 
@@ -362,21 +365,27 @@ def scores(spec: TaskSpec, examples: Sequence[Example], preds: Sequence) -> dict
 
 # --------------------------------------------------------------------------------------------- model
 def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
-    """Refuse a fine-tuned checkpoint whose head cannot serve ``spec`` (another kind or label count)."""
+    """Refuse a fine-tuned checkpoint whose head cannot serve ``spec``.
+
+    A classification or regression head trained for a genfeat task (``config.task`` in TASKS) serves that
+    task only: its label ids and score scale are that task's, so a head of the same shape would score
+    another task silently wrong (SST-2's 0/1 are not CoLA's). Span and multiple-choice heads point into
+    their input, so they serve any task of their kind. A Hugging Face task model names no genfeat task
+    (``hf:<architecture>``): its head's kind and label count must fit."""
     head = model.config.head
     kind = _head_kind(spec)
-    trained = get_task(model.config.task) if model.config.task in TASKS else None
-    if (kind == "classification" and head.kind == kind and head.n_labels == spec.n_labels and trained is not None
-            and trained.labels != spec.labels):
-        raise CheckpointError(f"checkpoint '{path}' predicts the labels {trained.labels} of task '{trained.name}', "
-                              f"task '{spec.name}' has the labels {spec.labels}",
-                              f"evaluate it on '{trained.name}', or fine-tune for '{spec.name}' (init: {path})")
+    trained = model.config.task
     if head.kind != kind or (kind == "classification" and head.n_labels != spec.n_labels):
         have = f"{head.kind} head" + (f" with {head.n_labels} labels" if head.kind == "classification" else "")
         need = f"{kind} head" + (f" with {spec.n_labels} labels" if kind == "classification" else "")
-        raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{model.config.task}'), task "
+        raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{trained}'), task "
                               f"'{spec.name}' needs a {need}",
-                              f"evaluate it on '{model.config.task}', or fine-tune for '{spec.name}' (init: {path})")
+                              f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
+    if head.kind in ("classification", "regression") and trained in TASKS and trained != spec.name:
+        outputs = "labels" if head.kind == "classification" else "scores"
+        raise CheckpointError(f"checkpoint '{path}' was fine-tuned for task '{trained}' and predicts its {outputs}, "
+                              f"not those of task '{spec.name}'",
+                              f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
 
 
 def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
@@ -468,11 +477,6 @@ def _subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
     return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
 
 
-def _warn_truncated(split: str, cut: int, total: int, max_len: int) -> None:
-    if cut:
-        print(f"note: {cut} of {total} {split} examples were cut to max_len {max_len} tokens", file=sys.stderr)
-
-
 @register_method("finetune", FineTuneRecipe)
 def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
@@ -490,9 +494,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                           "positions", "lower data.max_len")
     encoder = encoder_for(model, vocab, d.max_query_len)
     fmt = encoder.fmt
-    train_items, train_cut = encode_items(train_ex, spec, encoder, model.config)
-    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config)
-    _warn_truncated("training", train_cut, len(train_ex), d.max_len)
+    train_items, train_cut = encode_items(train_ex, spec, encoder, model.config, d.train_split)
+    dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config, d.dev_split)
     if cfg.aux_lm_weight and not model.adapter.causal:
         raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {model.config.backbone} backbone has no "
                           "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt and "
@@ -532,7 +535,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if d.test_split is not None:
         test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
         test_ex = _subset(test_ex, d.max_eval_examples)
-        test_items, test_cut = encode_items(test_ex, spec, encoder, model.config)
+        test_items, test_cut = encode_items(test_ex, spec, encoder, model.config, d.test_split)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
@@ -580,7 +583,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                           "but --max-examples scores a subset", "drop --max-examples to write predictions")
     examples = _subset(examples, max_examples)
     encoder = encoder_for(model, vocab)
-    items, cut = encode_items(examples, spec, encoder, model.config)
+    items, cut = encode_items(examples, spec, encoder, model.config, split)
     outs = predict(model.to(target), items, encoder.fmt, batch_size)
     preds = predictions(spec, examples, items, outs, encoder.fmt)
     result: dict[str, Any] = dict(scores(spec, examples, preds))

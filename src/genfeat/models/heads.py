@@ -40,7 +40,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from ..config import Config, to_dict
+from ..config import Config, check_least, to_dict
 from ..data.vocab import EOS
 from ..errors import ConfigError
 from ..tasks.transforms import InputFormat, Packed, input_format
@@ -347,6 +347,11 @@ class TaskHead(nn.Module):
         return self.answer(torch.cat([start_state, summary], -1)).squeeze(-1).float()
 
 
+MIN_MAX_LEN = 5
+"""The shortest input (max_len) a pair fits in: BERT's, XLNet's and GPT-1's three special tokens of a pair
+and one token of each text."""
+
+
 @dataclass
 class FineTuneConfig(Config):
     """A backbone with a task head, and the input settings its predictions depend on."""
@@ -373,9 +378,7 @@ class FineTuneConfig(Config):
     def __post_init__(self):
         if not self.task:
             raise ValueError("FineTuneConfig.task is empty")
-        if self.max_len < 4 or self.doc_stride < 1 or self.max_segments < 1:
-            raise ValueError(f"max_len ({self.max_len}) must be >= 4, doc_stride ({self.doc_stride}) and "
-                             f"max_segments ({self.max_segments}) >= 1")
+        check_least(self, max_len=MIN_MAX_LEN, doc_stride=1, max_segments=1)
 
 
 class FineTuneModel(nn.Module):
