@@ -1,8 +1,9 @@
 """Task heads on every backbone (genfeat.models.heads) and the target losses (genfeat.objectives.task):
 padding does not change a prediction, similarity is symmetric in its two orders, multiple-choice scores
 follow their choices, memory segments equal full-context reading (Transformer-XL), only the head and
-GPT's special tokens are new parameters, span scores stay inside the context, and the losses are sums
-with counts that backpropagate into head and backbone."""
+GPT's special tokens are new parameters, span scores stay inside the context, the losses are sums
+with counts that backpropagate into head and backbone, and GPT-1's L3 = L2 + λ·L1 from one forward pass
+equals the loss and gradients of two separate passes."""
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from genfeat.data.vocab import SymbolVocab
 from genfeat.errors import ConfigError
 from genfeat.hub import build_model
 from genfeat.models.heads import ADAPTERS, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter, register_adapter
-from genfeat.objectives.task import TaskLMObjective, TaskObjective
+from genfeat.objectives.task import TaskObjective
 from genfeat.tasks.transforms import BertFormat, Encoded, GPTFormat, Packed, XLNetFormat, collate
 
 TINY = {
@@ -184,15 +185,88 @@ def test_auxiliary_lm_scores_real_next_tokens_only():
     model = make("gpt")
     fmt = fmt_of(model)
     batch = collate([encoded(fmt, [[A]], 0), encoded(fmt, [[C, B]], 1)], fmt)
-    out = TaskLMObjective()(model, batch)
+    out = TaskObjective("classification", 0.5)(model, batch).parts["lm"]
     lengths = batch["attention_mask"].sum((1, 2))
     assert out.count == int((lengths - 1).sum())
     logits = model.backbone(batch["input_ids"][0, :, :lengths[0]]).logits[0]       # example 0 alone, no padding
     ref = -torch.log_softmax(logits[:-1], -1).gather(1, batch["input_ids"][0, 0, 1:lengths[0], None]).sum()
-    ex0 = TaskLMObjective()(model, {k: v[:1, ..., :lengths[0]] if v.dim() == 3 else v[:1] for k, v in batch.items()})
-    torch.testing.assert_close(ex0.loss_sum, ref, atol=1e-4, rtol=1e-5)
+    ex0 = TaskObjective("classification", 0.5)(model, {k: v[:1, ..., :lengths[0]] if v.dim() == 3 else v[:1]
+                                                       for k, v in batch.items()})
+    torch.testing.assert_close(ex0.parts["lm"].loss_sum, ref, atol=1e-4, rtol=1e-5)
     with pytest.raises(ConfigError, match="aux_lm_weight"):
-        TaskLMObjective()(make("bert"), collate([encoded(FORMATS["bert"], [[A]], 0)], FORMATS["bert"]))
+        TaskObjective("classification", 0.5)(make("bert"), collate([encoded(FORMATS["bert"], [[A]], 0)], FORMATS["bert"]))
+
+
+def _task_batch(model: FineTuneModel, kind: str):
+    """Two examples of ``kind`` with k = 1 (single text), 2 (similarity, both orders) or 3 (choices)
+    sequences each, of unequal lengths so that some sequences are padded."""
+    fmt = fmt_of(model)
+    if kind == "classification":
+        items = [encoded(fmt, [[A]], 0), encoded(fmt, [[C, B]], 2)]
+    elif kind == "regression":
+        items = [encoded(fmt, [[A, B], [B, A]], 0.5), encoded(fmt, [[C, A], [A, C]], 3.0)]
+    else:
+        items = [encoded(fmt, [[A, B], [A, C], [A, [5]]], 1), encoded(fmt, [[B, A], [B, C], [B, [6, 7]]], 2)]
+    return collate(items, fmt)
+
+
+def _old_l3(model: FineTuneModel, kind: str, batch, weight: float) -> torch.Tensor:
+    """L2 + λ·L1 as the two-term schedule defined it, from two separate forward passes: L2 the task
+    loss's mean over examples on the head's output; L1 the mean over every real next token of every
+    sequence (not the first), each sequence read alone by the backbone, scored by its full LM output."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits, labels = model(**inputs).logits, batch["labels"]
+    l2 = ((logits - labels) ** 2).mean() if kind == "regression" else torch.nn.functional.cross_entropy(logits, labels)
+    nll, count = 0.0, 0
+    for seq, n in zip(batch["input_ids"].flatten(0, 1), batch["attention_mask"].flatten(0, 1).sum(-1)):
+        seq = seq[None, :n]
+        if model.config.backbone == "transformer_xl":
+            log_probs = model.backbone(seq, ext_len=0, return_log_probs=True).log_probs[0]
+        else:
+            log_probs = torch.log_softmax(model.backbone(seq).logits[0], -1)
+        nll = nll - log_probs[:-1].gather(1, seq[0, 1:, None]).sum()
+        count += int(n) - 1
+    return l2 + weight * nll / count
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression", "multiple_choice"])
+@pytest.mark.parametrize("backbone", ["gpt", "lstm_lm", "transformer_xl"])
+def test_one_pass_l3_equals_the_two_pass_loss_and_its_gradients(backbone, kind):
+    """GPT-1 Eq. 5 from one forward pass equals L2 + λ·L1 from separate passes (dropout off), with the
+    same gradients, for one, two (similarity) and three (choices) sequences per example."""
+    model = make(backbone, kind, {"classification": 3, "regression": 1, "multiple_choice": 0}[kind]).train()
+    batch = _task_batch(model, kind)
+    out = TaskObjective(kind, 0.5)(model, batch)
+    assert out.count == 2 and set(out.parts) == {"task", "lm"}
+    assert out.parts["lm"].count == int((batch["attention_mask"].sum(-1) - 1).sum())
+    out.mean.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    ref = _old_l3(model, kind, batch, 0.5)
+    ref.backward()
+    torch.testing.assert_close(out.mean, ref, atol=1e-5, rtol=1e-5)
+    ref_grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == ref_grads.keys() and "head.out.weight" in grads
+    for k in grads:
+        torch.testing.assert_close(grads[k], ref_grads[k], atol=1e-5, rtol=1e-5, msg=k)
+    torch.testing.assert_close(out.parts["task"].mean + 0.5 * out.parts["lm"].mean, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_without_the_auxiliary_lm_the_task_loss_is_l2_and_no_lm_head_runs(monkeypatch):
+    model = make("gpt").train()
+    batch = _task_batch(model, "classification")
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+
+    def lm_head(*args):
+        raise RuntimeError("the LM head ran")
+
+    monkeypatch.setattr(type(model.adapter), "lm_log_probs", lm_head)
+    monkeypatch.setattr(model.backbone, "target_log_probs", lm_head)
+    out = TaskObjective("classification")(model, batch)
+    assert not out.parts and out.count == 2 and out.logs["correct"] in (0.0, 1.0, 2.0)
+    torch.testing.assert_close(out.loss_sum, torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum"))
+    with pytest.raises(RuntimeError, match="LM head ran"):          # the patch is where λ > 0 computes L1
+        TaskObjective("classification", 0.5)(model, batch)
 
 
 def test_span_scores_stay_in_the_context_and_answerability_reads_cls_and_start_weighted_states():

@@ -192,14 +192,29 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
 
 
 @needs_glue
-def test_gpt_auxiliary_lm_is_a_second_weighted_term(tmp_path):
+def test_gpt_auxiliary_lm_shares_the_task_loss_forward_pass(tmp_path):
+    import torch
+
     from genfeat.errors import ConfigError
+    from genfeat.models.gpt import GPTLMHeadModel
 
     gpt = {**TINY, "dropemb": 0.0}
     overrides = {"backbone": "gpt", "model": gpt, "vocab_size": 300, "aux_lm_weight": 0.5, "steps": 2,
                  "data.task": "mrpc", "data.max_train_examples": 32, "data.max_eval_examples": 16, "data.batch_size": 8,
                  "train": {"log_every": 1, "eval_every": 0, "progress": False}}
-    result = run_recipe("recipes/finetune/debug.yaml", overrides, [0], out_dir=tmp_path / "gpt", progress=False)
+    training_forwards = []
+
+    def count(module, args, output):
+        if isinstance(module, GPTLMHeadModel) and module.training:
+            training_forwards.append(args[0].shape)
+
+    hook = torch.nn.modules.module.register_module_forward_hook(count)
+    try:
+        result = run_recipe("recipes/finetune/debug.yaml", overrides, [0], out_dir=tmp_path / "gpt", progress=False)
+    finally:
+        hook.remove()
+    assert len(training_forwards) == 2, "one backbone pass per step serves L2 and L1 (GPT-1 Eq. 5)"
+    assert all(shape[0] == 8 * 2 for shape in training_forwards), "8 MRPC pairs in both orders"
     from genfeat.hub import load_checkpoint
     from genfeat.methods.finetune import encode_items, encoder_for
     from genfeat.tasks import load_task
@@ -213,7 +228,8 @@ def test_gpt_auxiliary_lm_is_a_second_weighted_term(tmp_path):
     assert result["new_params"] == 3 * 32 + 32 * 2 + 2, "only the three special embeddings and the linear head are new"
     logged = [json.loads(line) for line in (tmp_path / "gpt" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in logged if "task" in r]
-    assert len(steps) == 2 and all(r["lm"] > 0 for r in steps), "each step logs L2 (task) and L1 (lm) on the task inputs"
+    assert len(steps) == 2 and all(r["lm"] > 0 and 0 <= r["task/correct"] <= 1 for r in steps), \
+        "each step logs L2 (task) and L1 (lm) on the task inputs"
     with pytest.raises(ConfigError, match="aux_lm_weight"):
         run_recipe("recipes/finetune/debug.yaml", {"aux_lm_weight": 0.5, "steps": 1}, [0], out_dir=tmp_path / "b",
                    progress=False)

@@ -1,4 +1,5 @@
-"""The optimizer step of the training loop: gradient accumulation, clipping, and TensorBoard logging."""
+"""The optimizer step of the training loop: gradient accumulation, clipping, TensorBoard logging, and the
+logging of a loss made of parts."""
 
 import json
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from genfeat.framework import OptimConfig, Term, TrainConfig, Trainer, joint, one_phase
+from genfeat.framework.objective import LossOutput
 
 from _framework_fixtures import SquaredError, TwoHead, make_stream
 
@@ -77,3 +79,34 @@ def test_tensorboard_scalars_match_the_metrics_log(tmp_path):
     scalars = events.Scalars("mse_a")
     assert [e.step for e in scalars] == [r["step"] for r in logged] == [1, 2, 3]
     assert [e.value for e in scalars] == pytest.approx([r["mse_a"] for r in logged], rel=1e-6)
+
+
+class TwoParts(SquaredError):
+    """Head a's squared error over all items plus head b's over the thresholded ones, as one loss with
+    two logged parts (like GPT-1's L2 + λ·L1 on one batch); keeps the parts it returned."""
+
+    def __init__(self):
+        super().__init__("a", name="both")
+        self.returned: list[dict[str, LossOutput]] = []
+
+    def __call__(self, model, batch) -> LossOutput:
+        a = SquaredError("a")(model, batch)
+        b = SquaredError("b", threshold=0.0)(model, batch)
+        self.returned.append({"a": a, "b": b})
+        return LossOutput(a.loss_sum + b.loss_sum * (a.count / b.count), a.count, parts={"a": a, "b": b})
+
+
+def test_parts_are_logged_under_their_names_each_per_its_own_items(tmp_path):
+    torch.manual_seed(0)
+    objective = TwoParts()
+    Trainer(TwoHead(), one_phase(objective, make_stream(batch_size=8), 2, SGD),
+            TrainConfig(progress=False, log_every=2), out_dir=tmp_path).fit()
+    (record,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    counts = [(r["a"].count, r["b"].count) for r in objective.returned]
+    assert counts[0][1] != counts[1][1] and all(a != b for a, b in counts), "b's items differ from a's and per step"
+    for name in ("a", "b"):
+        sums = [float(r[name].loss_sum.detach()) for r in objective.returned]
+        n = [r[name].count for r in objective.returned]
+        assert record[name] == pytest.approx(sum(sums) / sum(n), rel=1e-6)
+        assert record[f"{name}/sq"] == pytest.approx(sum(sums) / sum(n), rel=1e-6)
+    assert "both" not in record

@@ -24,11 +24,16 @@ class LossOutput:
         count: number of items the sum runs over (tokens, examples, pairs); a positive number.
         logs: extra figures as sums over the same items (e.g. ``{"correct": 7.0}``); the
             trainer sums them across steps and ranks and reports each divided by the count.
+        parts: the named losses a combined loss is made of, each a sum over its own items (GPT-1's
+            L3 = L2 + λ·L1: ``task`` over examples, ``lm`` over tokens); when given, the trainer logs
+            each part (its loss per item and its logs) under the part's name in place of this output's
+            loss and logs, and steps on this output's ``loss_sum / count`` as always.
     """
 
     loss_sum: Tensor
     count: int | float | Tensor
     logs: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, LossOutput] = field(default_factory=dict)
 
     @property
     def mean(self) -> Tensor:

@@ -6,7 +6,9 @@ steps, each step summing the weighted mean losses of its :class:`Term` s and ste
 optimizer. This one structure expresses every schedule of the thesis:
 
 - one phase (Transformer-XL LM): one stage, one term;
-- joint with weights (GPT fine-tuning with λ·LM): one stage, several weighted terms;
+- joint with weights (losses on different streams, e.g. GDAN's discriminator on labelled and generated
+  data): one stage, several weighted terms (GPT-1's L2 + λ·L1 on one batch is one objective instead,
+  genfeat.objectives.task, so that one forward pass serves both);
 - alternating with separate optimizers (Planetoid T1/T2 steps, GAN G/D): several stages, each
   with its own optimizer and ``repeat`` = n steps per objective;
 - two phase (XLNet/BERT pretrain then fine-tune): two phases.
@@ -96,7 +98,7 @@ def one_phase(objective: Objective, stream: Stream, steps: int, optim: OptimConf
 
 
 def joint(terms: list[Term], steps: int, optim: OptimConfig, name: str = "train") -> list[Phase]:
-    """Weighted sum of several objectives with one optimizer, e.g. L_t + λ·L_g (GPT fine-tuning)."""
+    """Weighted sum of several objectives, each on its own stream, with one optimizer."""
     return [Phase(name, steps, [Stage(terms)], {"main": OptimSpec(optim)})]
 
 

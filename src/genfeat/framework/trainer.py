@@ -377,13 +377,15 @@ class Trainer:
 
     @staticmethod
     def _record(window: dict[str, list[float]], term: Term, out: LossOutput) -> None:
-        """Add a micro-batch's loss sum, count and logged sums to the logging window."""
-        count = float(out.count)
-        for key, value in [(term.objective.name, float(out.loss_sum.detach())),
-                           *((f"{term.objective.name}/{k}", float(v)) for k, v in out.logs.items())]:
-            stats = window.setdefault(key, [0.0, 0.0])
-            stats[0] += value
-            stats[1] += count
+        """Add a micro-batch's loss sum, count and logged sums to the logging window (those of each of
+        its ``parts`` under the part's name, when it has parts)."""
+        for name, part in (out.parts or {term.objective.name: out}).items():
+            count = float(part.count)
+            for key, value in [(name, float(part.loss_sum.detach())),
+                               *((f"{name}/{k}", float(v)) for k, v in part.logs.items())]:
+                stats = window.setdefault(key, [0.0, 0.0])
+                stats[0] += value
+                stats[1] += count
 
     # ------------------------------------------------------------------- fit
     def fit(self) -> TrainResult:

@@ -10,7 +10,8 @@ Recipe: ``method: finetune`` plus the fields of :class:`FineTuneRecipe`:
 - ``data``: the task (genfeat.tasks.TASKS), its splits, max_len/doc_stride and, for backbones with
   memory (XLNet, Transformer-XL), ``max_segments`` > 1 to read texts longer than max_len in segments.
 - ``aux_lm_weight`` λ: GPT-1's L3 = L2 + λ·L1 (Eq. 5), the LM loss on the task inputs through the
-  backbone's own LM head, as a joint schedule (framework/schedule.py ``joint``) of two weighted terms.
+  backbone's own LM head, taken with the task loss from one forward pass of each batch
+  (genfeat.objectives.task.TaskObjective; causal backbones: gpt, lstm_lm, transformer_xl).
 - ``optim``, ``train``, ``steps`` or ``epochs``; evaluation on the dev split every ``train.eval_every``
   steps, keeping the parameters of the best ``dev_<main metric>`` (``keep_best``).
 
@@ -65,7 +66,7 @@ from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, 
                    save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
 from ..models.heads import MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
-from ..objectives.task import TaskLMObjective, TaskObjective, model_inputs
+from ..objectives.task import TaskObjective, model_inputs
 from ..runner import register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
 from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
@@ -498,13 +499,11 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config, d.dev_split)
     if cfg.aux_lm_weight and not model.adapter.causal:
         raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {model.config.backbone} backbone has no "
-                          "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt and "
-                          "transformer_xl)")
+                          "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt, "
+                          "lstm_lm and transformer_xl)")
     steps = cfg.steps or max(1, math.ceil(cfg.epochs * len(train_items) / d.batch_size))
-    terms = [Term(TaskObjective(model.config.head.kind), ItemStream(train_items, fmt, d.batch_size, seed))]
-    if cfg.aux_lm_weight:
-        # a second stream with the same seed yields the same batches: L1 is taken on the inputs of L2
-        terms.append(Term(TaskLMObjective(), ItemStream(train_items, fmt, d.batch_size, seed), cfg.aux_lm_weight))
+    terms = [Term(TaskObjective(model.config.head.kind, cfg.aux_lm_weight),
+                  ItemStream(train_items, fmt, d.batch_size, seed))]
     main = spec.metrics[0]
 
     def evaluate(m, examples=dev_ex, items=dev_items, prefix="dev"):

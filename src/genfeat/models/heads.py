@@ -92,7 +92,7 @@ class BackboneAdapter:
 
         Shapes: hidden [..., d], targets [...] -> [...]."""
         raise ConfigError(f"{type(self).__name__} has no causal LM head for the auxiliary LM loss",
-                          "set aux_lm_weight 0 (GPT-1's L1 needs a left-to-right backbone: gpt, transformer_xl)")
+                          "set aux_lm_weight 0 (GPT-1's L1 needs a left-to-right backbone: gpt, lstm_lm, transformer_xl)")
 
 
 ADAPTERS: dict[str, BackboneAdapter] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from ..framework.objective import LossOutput, Objective
 
@@ -36,9 +36,11 @@ class ClassificationObjective(Objective):
         self.aux_weight = aux_weight
 
     def __call__(self, model: nn.Module, batch: Mapping[str, Any]) -> LossOutput:
-        labels = batch[self.label_key]
-        inputs = {k: v for k, v in batch.items() if k != self.label_key}
-        out = model(**inputs)
+        out = model(**{k: v for k, v in batch.items() if k != self.label_key})
+        return self.score(out, batch[self.label_key])
+
+    def score(self, out: Any, labels: Tensor) -> LossOutput:
+        """The loss of a model output ``out`` (its ``logits`` (b, k), ``aux_logits``) against ``labels`` (b,)."""
         logits = out.logits
         keep = labels != self.ignore_index
         loss_sum = F.cross_entropy(logits[keep], labels[keep], reduction="sum")
