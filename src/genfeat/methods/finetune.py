@@ -554,6 +554,8 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
         figures = json.loads(done.read_text())
     else:
         figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()                 # rank 0 wrote OUT/pretrain/final, which every rank reads next
     figures = {k if k == "interrupted" else f"pretrain_{k}": v for k, v in figures.items()}
     return replace(cfg, init=str(where / "final"), pretrain=None), figures
 
