@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from genfeat.config import Config, apply_overrides, from_dict, parse_overrides, to_dict
+from genfeat.config import Config, apply_overrides, dotted, from_dict, parse_overrides, to_dict
 from genfeat.errors import ConfigError
 from genfeat.runner import summarise
 
@@ -82,6 +82,13 @@ def test_an_override_of_an_unwritten_section_keeps_the_methods_defaults_for_it()
     assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="a")
     # without the class: the bare section, as before
     assert from_dict(Method, apply_overrides({}, {"inner.lr": 0.1})).inner == Inner(lr=0.1)
+
+
+def test_nested_overrides_are_merged_into_the_sections_they_name():
+    ov = dotted({"steps": 3, "inner": {"lr": 0.1}, "inner.mode": "b", "empty": {}})
+    assert ov == {"steps": 3, "inner.lr": 0.1, "inner.mode": "b"}
+    cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, ov, Method))
+    assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="b") and cfg.steps == 3
 
 
 def test_summarise_mean_sample_std_and_median():

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from genfeat.config import dotted
 from genfeat.runner import load_recipe
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
@@ -18,6 +19,9 @@ def test_recipes_are_found():
 def test_recipe_parses_into_its_methods_config(path):
     method, cfg = load_recipe(path)
     assert isinstance(cfg, method.config_cls)
+    if getattr(cfg, "pretrain", None) is not None:
+        # a chained fine-tuning recipe: its pretraining recipe, with the overrides, parses too
+        assert load_recipe(cfg.pretrain.recipe, dotted(cfg.pretrain.overrides), pretraining=True)[0].pretraining
     if method.name == "transformer_xl":
         from genfeat.methods.transformer_xl import build_model_config
 

@@ -6,7 +6,8 @@ Configs are dataclasses derived from :class:`Config`, whose fields carry docstri
 the config is built. :func:`from_dict` builds one from a mapping, checking every field name and
 type; an unknown field or a wrong type raises :class:`~genfeat.errors.ConfigError` naming the
 dotted path.
-:func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4``.
+:func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4``; :func:`dotted`
+turns a nested mapping of overrides (a recipe's own) into that form.
 """
 
 from __future__ import annotations
@@ -278,6 +279,21 @@ def _field_default(cls: Any, name: str) -> Any:
 def _init_dict(cfg: Any) -> dict[str, Any]:
     """``to_dict`` of a config, init fields only (what ``from_dict`` accepts back)."""
     return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+
+
+def dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The leaves of a nested mapping as dotted keys, the form :func:`apply_overrides` takes:
+    ``{"steps": 3, "data": {"vocab_size": 900}}`` -> ``{"steps": 3, "data.vocab_size": 900}``; keys that are
+    dotted already stay so. A mapping is merged into the section it names, never set whole (an empty one
+    changes nothing)."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(dotted(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], cls: Any = None) -> dict[str, Any]:

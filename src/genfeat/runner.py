@@ -6,6 +6,9 @@ overrides, checks every field, and calls the method's registered runner once per
 runner returns its figures (``{"test_accuracy": ...}``); over seeds they are summarised as
 ``<metric>_mean``, ``<metric>_std`` and ``<metric>_median`` (the fine-tuning and GDAN tables report
 medians of 3 seeds, as the papers do).
+
+A method registered with ``pretraining=True`` writes OUT/final, a backbone a fine-tuning recipe can start
+from; only such a recipe can be the ``pretrain`` stage of a fine-tuning recipe (genfeat.methods.finetune).
 """
 
 from __future__ import annotations
@@ -29,39 +32,62 @@ class MethodSpec:
     name: str
     config_cls: type
     run: Runner
+    pretraining: bool = False
+    """The method writes OUT/final, a backbone a fine-tuning recipe can start from."""
 
 
 _METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, config_cls: type) -> Callable[[Runner], Runner]:
-    """Register ``fn(cfg, *, seed, out_dir, progress, resume) -> dict[str, float]`` as method ``name``."""
+def register_method(name: str, config_cls: type, pretraining: bool = False) -> Callable[[Runner], Runner]:
+    """Register ``fn(cfg, *, seed, out_dir, progress, resume) -> dict[str, float]`` as method ``name``
+    (``pretraining``: it writes OUT/final, a backbone a fine-tuning recipe can start from)."""
 
     def decorator(fn: Runner) -> Runner:
-        _METHODS[name] = MethodSpec(name, config_cls, fn)
+        _METHODS[name] = MethodSpec(name, config_cls, fn, pretraining)
         return fn
 
     return decorator
 
 
+def _import_methods() -> None:
+    """Import every module of genfeat.methods, so that all methods are registered."""
+    import genfeat.methods as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"genfeat.methods.{info.name}")
+
+
 def get_method(name: str) -> MethodSpec:
     if name not in _METHODS:
-        import genfeat.methods as pkg
-
-        for info in pkgutil.iter_modules(pkg.__path__):
-            importlib.import_module(f"genfeat.methods.{info.name}")
+        _import_methods()
     if name not in _METHODS:
         raise ConfigError(f"recipe names unknown method '{name}'",
                           f"use one of: {', '.join(sorted(_METHODS))}")
     return _METHODS[name]
 
 
-def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> tuple[MethodSpec, Any]:
-    """Read a recipe, apply ``overrides`` (dotted keys), and build the method's config."""
+def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None,
+                pretraining: bool = False) -> tuple[MethodSpec, Any]:
+    """Read a recipe, apply ``overrides`` (dotted keys), and build the method's config.
+
+    Args:
+        pretraining: refuse a recipe whose method is not a pretraining one (:func:`register_method`),
+            before its fields are read.
+
+    Raises:
+        ConfigError: no such file, no or an unknown method, a method that does not pretrain (with
+            ``pretraining``), or a field the method's config refuses.
+    """
     data = load_yaml(path)
     if "method" not in data:
         raise ConfigError(f"recipe '{path}' has no 'method' field", "start the recipe with e.g. 'method: transformer_xl'")
     method = get_method(str(data.pop("method")))
+    if pretraining and not method.pretraining:
+        _import_methods()
+        names = ", ".join(sorted(m.name for m in _METHODS.values() if m.pretraining))
+        raise ConfigError(f"'{path}' is a {method.name} recipe, not a pretraining one",
+                          f"name a recipe of a pretraining method ({names}), e.g. recipes/bert/debug.yaml")
     data = apply_overrides(data, overrides or {}, method.config_cls)
     return method, from_dict(method.config_cls, data)
 

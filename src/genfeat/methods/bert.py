@@ -142,7 +142,7 @@ def masked_lm_figures(model, objective: MaskedLMObjective, examples: dict[str, t
     return {"valid_loss": loss / max(count, 1.0), "valid_accuracy": correct / max(count, 1.0), "valid_masked": int(count)}
 
 
-@register_method("bert", BertRecipe)
+@register_method("bert", BertRecipe, pretraining=True)
 def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     from ..data.tokenizers import special_ids, word_start

@@ -131,7 +131,7 @@ def load_elmo(path: str | Path):
     return model, vocab.base, vocab.chars
 
 
-@register_method("elmo", ElmoRecipe)
+@register_method("elmo", ElmoRecipe, pretraining=True)
 def run(cfg: ElmoRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     from ..data.corpora import load_corpus, load_split_corpus

@@ -15,10 +15,30 @@ Recipe: ``method: finetune`` plus the fields of :class:`FineTuneRecipe`:
 - ``optim``, ``train``, ``steps`` or ``epochs``; evaluation on the dev split every ``train.eval_every``
   steps, keeping the parameters of the best ``dev_<main metric>`` (``keep_best``).
 
-Two phases (pretraining then fine-tuning) are two recipes: ``genfeat run recipes/bert/pretrain.yaml --out
-runs/bert_pretrain`` writes ``runs/bert_pretrain/final``, and a fine-tuning recipe with ``init:
-runs/bert_pretrain/final`` continues from it (recipes/finetune/*_bert.yaml; *_xlnet.yaml name
-runs/pretrain_k6/final, the default OUT of recipes/xlnet/pretrain_k6.yaml; *_gpt.yaml runs/gpt_pretrain/final).
+Two phases (pretraining then fine-tuning) are one recipe or two:
+
+- one: a ``pretrain`` section (:class:`PretrainStage`) names the pretraining recipe and overrides of its
+  fields, instead of ``init``: ``genfeat run`` runs it with the run's seed into OUT/pretrain, then
+  fine-tunes from OUT/pretrain/final (recipes/finetune/chain_bert_mrpc_debug.yaml). The result holds the
+  pretraining's figures as ``pretrain_<key>`` (``pretrain_valid_loss``...) beside the task's. With
+  ``--seeds N`` each seed is a whole chain (OUT/seed<k>/pretrain, then OUT/seed<k>), so the spread over
+  seeds counts the pretraining's too. With ``--resume`` a finished pretraining (OUT/pretrain/final and its
+  results.json exist) is not run again; an interrupted one continues from OUT/pretrain/last (every
+  pretraining method resumes exactly), and the fine-tuning then starts, or continues from OUT/last once it
+  has written one. Setting both ``init`` and ``pretrain``, a recipe file that does not exist, or one that
+  is not a pretraining method's (runner.register_method ``pretraining``; a fine-tuning recipe, say) is
+  one ConfigError before any work.
+- two: ``genfeat run recipes/bert/pretrain.yaml --out runs/bert_pretrain`` writes
+  ``runs/bert_pretrain/final``, and a fine-tuning recipe with ``init: runs/bert_pretrain/final`` continues
+  from it (recipes/finetune/*_bert.yaml; *_xlnet.yaml name runs/pretrain_k6/final, the default OUT of
+  recipes/xlnet/pretrain_k6.yaml; *_gpt.yaml runs/gpt_pretrain/final), so one pretraining serves many
+  tasks and seeds.
+
+The chain is two runs, not the framework's ``two_phase`` schedule (one model trained in two phases by one
+Trainer): the phases differ in model (the pretraining LM with its LM head; the backbone with a new task
+head), data and streams, the tokenizer (trained by the pretraining, then read by the task's encoder),
+optimizer, training settings and evaluation, and the pretraining's OUT/final is a checkpoint of its own
+that other fine-tuning recipes can name as init. Each phase is the method's own runner, unchanged.
 
 Long inputs: BERT and GPT cut a text to max_len (longest segment first, GPT-1/BERT's rule) and the
 result counts the examples cut (``train_truncated``, ``dev_truncated``; a note on stderr for every split that
@@ -36,7 +56,8 @@ head; an example is answered "" when no window's answerability logit is positive
 Result: ``dev_<metric>`` for every metric of the task (the first is the main one), ``test_<metric>``
 when the task's test split is labelled (IMDB, RACE, the SQuAD article split), example and
 truncation counts, ``steps``, ``train_seconds``, ``new_params`` (the head's and special tokens'
-parameters). ``genfeat run RECIPE --seeds 3 --json`` adds ``<key>_mean`` / ``<key>_std``.
+parameters), and ``pretrain_<key>`` for a chained recipe. ``genfeat run RECIPE --seeds 3 --json`` adds
+``<key>_mean`` / ``<key>_std``.
 The fine-tuned model is saved to OUT/final (architecture ``finetune``: backbone, head, task name,
 max_len, doc_stride, max_segments, both_orders) with its tokenizer; ``genfeat evaluate --checkpoint OUT/final --task NAME``
 scores it again (:func:`evaluate_task`).
@@ -44,6 +65,7 @@ scores it again (:func:`evaluate_task`).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
@@ -57,7 +79,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import Config, check_least, to_dict
+from ..config import Config, check_least, dotted, to_dict
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import resume_dir
@@ -67,7 +89,7 @@ from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, 
 from ..io import write_json_atomic
 from ..models.heads import MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..objectives.task import TaskObjective, model_inputs
-from ..runner import register_method
+from ..runner import load_recipe, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
 from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
 
@@ -112,11 +134,34 @@ class FineTuneDataConfig(Config):
 
 
 @dataclass
+class PretrainStage(Config):
+    """A pretraining recipe run first, in the same ``genfeat run``, whose OUT/final is the init (module
+    docstring, "Two phases")."""
+
+    recipe: str = ""
+    """Path of the pretraining recipe (a method that writes a backbone: bert, gpt, xlnet, dae_txl,
+    transformer_xl, elmo), relative to the working directory like ``genfeat run``'s RECIPE."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Fields of the pretraining recipe to change, as ``genfeat run``'s ``--field.path value`` do: nested
+    (``{steps: 3, data: {vocab_size: 900}}``, merged into the recipe's sections) or dotted
+    (``{data.vocab_size: 900}``)."""
+
+    def __post_init__(self):
+        if not self.recipe:
+            raise ConfigError("pretrain.recipe is not set",
+                              "name the pretraining recipe, e.g. pretrain: {recipe: recipes/bert/debug.yaml}")
+
+
+@dataclass
 class FineTuneRecipe(Config):
     """Fine-tuning of a backbone with a task head."""
 
     init: str | None = None
-    """Checkpoint to start from (genfeat or Hugging Face directory); None: a random ``backbone``."""
+    """Checkpoint to start from (genfeat or Hugging Face directory); None: ``pretrain``'s, or a random
+    ``backbone``."""
+    pretrain: PretrainStage | None = None
+    """Pretrain first and start from that run's final checkpoint (module docstring, "Two phases"); only
+    without ``init``."""
     backbone: str = "bert"
     """Architecture of the random backbone when ``init`` is None (bert, xlnet, gpt)."""
     model: dict[str, Any] = field(default_factory=dict)
@@ -151,12 +196,16 @@ class FineTuneRecipe(Config):
             raise ValueError(f"aux_lm_weight must be >= 0, got {self.aux_lm_weight}")
         if not 0.0 <= self.head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
-        if self.finetune_bilm is not None and self.init is None:
+        if self.init is not None and self.pretrain is not None:
+            raise ConfigError("the recipe sets both init and pretrain",
+                              "keep one: init starts from an existing checkpoint, pretrain trains one first "
+                              "(on the command line --init null drops a recipe's init)")
+        if self.finetune_bilm is not None and self.init is None and self.pretrain is None:
             raise ConfigError("finetune_bilm is set without an init checkpoint",
                               "name a pretrained ELMo biLM as init (recipes/elmo/pretrain.yaml writes one)")
-        if self.init is not None and (self.model or self.tokenizer):
-            raise ConfigError("the recipe sets init and also model/tokenizer",
-                              "drop model and tokenizer: the init checkpoint brings its own")
+        if (self.init is not None or self.pretrain is not None) and (self.model or self.tokenizer):
+            raise ConfigError(f"the recipe sets {'init' if self.init is not None else 'pretrain'} and also "
+                              "model/tokenizer", "drop model and tokenizer: the pretrained checkpoint brings its own")
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -478,9 +527,63 @@ def _subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
     return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
 
 
+def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
+                   resume: bool = False) -> tuple[FineTuneRecipe, dict[str, float]]:
+    """Run ``cfg.pretrain`` with ``seed`` into OUT/pretrain (module docstring, "Two phases").
+
+    With ``resume``, a stage that finished (OUT/pretrain/final and its results.json exist) is not run again
+    (its figures are read back); one that did not continues from OUT/pretrain/last.
+
+    Returns:
+        ``cfg`` with ``init`` = OUT/pretrain/final and no ``pretrain``, and the pretraining figures as
+        ``pretrain_<key>`` (with ``interrupted`` = 1 kept as it is when the pretraining was interrupted).
+    Raises:
+        ConfigError: no output directory, a recipe file that does not exist, one that is not of a
+            pretraining method, or a field of it (or of ``pretrain.overrides``) its config refuses.
+    """
+    stage = cfg.pretrain
+    if out_dir is None:
+        raise ConfigError("a fine-tuning recipe with a pretrain stage was run without an output directory",
+                          "pass out_dir (genfeat run always gives one: --out, or runs/<recipe name>)")
+    if not Path(stage.recipe).is_file():
+        raise ConfigError(f"pretrain.recipe '{stage.recipe}' does not exist",
+                          "give the path of a pretraining recipe relative to the working directory, "
+                          "e.g. recipes/bert/debug.yaml")
+    try:
+        method, pre_cfg = load_recipe(stage.recipe, dotted(stage.overrides), pretraining=True)
+    except ConfigError as e:
+        raise ConfigError(f"pretrain stage: {e.cause}", e.fix) from None
+    where = Path(out_dir) / "pretrain"
+    done = where / "results.json"
+    if resume and done.is_file() and (where / "final").is_dir():
+        figures = json.loads(done.read_text())
+    else:
+        figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()                 # rank 0 wrote OUT/pretrain/final, which every rank reads next
+    figures = {k if k == "interrupted" else f"pretrain_{k}": v for k, v in figures.items()}
+    return replace(cfg, init=str(where / "final"), pretrain=None), figures
+
+
+def _has_checkpoint(path: Path) -> bool:
+    """Whether a ``last`` checkpoint (or its backup) is at ``path``."""
+    try:
+        resume_dir(path)
+    except CheckpointError:
+        return False
+    return True
+
+
 @register_method("finetune", FineTuneRecipe)
 def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
+    pretrained: dict[str, float] = {}
+    if cfg.pretrain is not None:
+        cfg, pretrained = pretrain_first(cfg, seed=seed, out_dir=out_dir, progress=progress, resume=resume)
+        if "interrupted" in pretrained:
+            return pretrained
+        # the fine-tuning continues only where it wrote a checkpoint; before that it starts from the pretraining
+        resume = resume and _has_checkpoint(Path(out_dir) / "last")
     d = cfg.data
     spec = get_task(d.task)
     train_ex = _subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
@@ -526,8 +629,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     result = trainer.fit()
     train_seconds = time.time() - t0
     if result.interrupted:
-        return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
-    figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
+        return {**pretrained, "steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
+    figures: dict[str, float] = {**pretrained, "steps": result.steps, "train_seconds": train_seconds,
                                  "train_examples": len(train_ex), "train_truncated": train_cut,
                                  "dev_examples": len(dev_ex), "dev_truncated": dev_cut, "new_params": new_params,
                                  **evaluate(model)}

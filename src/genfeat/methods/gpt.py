@@ -135,7 +135,7 @@ def causal_lm_loss(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size
     return {"valid_loss": mean, "valid_ppl": math.exp(min(mean, 50.0)), "valid_tokens": int(count)}
 
 
-@register_method("gpt", GPTRecipe)
+@register_method("gpt", GPTRecipe, pretraining=True)
 def run(cfg: GPTRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     from ..data.documents import document_tokenizer, encode_documents, read_documents

@@ -145,7 +145,7 @@ def lm_figures(prefix: str, result: dict[str, float]) -> dict[str, float]:
             for k in ("loss", "ppl", "bpc", "tokens", "seconds")}
 
 
-@register_method("transformer_xl", TransformerXLRecipe)
+@register_method("transformer_xl", TransformerXLRecipe, pretraining=True)
 def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     from ..data.corpora import CORPORA, load_corpus

@@ -187,7 +187,7 @@ def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[Pretrainin
                           final=lambda m: evaluate(m, 0))
 
 
-@register_method("xlnet", XLNetRecipe)
+@register_method("xlnet", XLNetRecipe, pretraining=True)
 def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     recurrence = cfg.objective.recurrence and cfg.model.get("mem_len", 0) > 0
@@ -199,7 +199,7 @@ def run(cfg: XLNetRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
     return _pretrain(cfg, objective, seed=seed, out_dir=out_dir, progress=progress, resume=resume)
 
 
-@register_method("dae_txl", DAERecipe)
+@register_method("dae_txl", DAERecipe, pretraining=True)
 def run_dae(cfg: DAERecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
             resume: bool = False) -> dict[str, float]:
     from ..data.tokenizers import word_start
