@@ -520,7 +520,7 @@ def encoder_for(model: FineTuneModel, vocab, max_query_len: int = 64) -> TaskEnc
     return TaskEncoder(model.input_format(vocab), vocab, cfg.max_len, cfg.doc_stride, max_query_len)
 
 
-def _subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
+def subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
     """``n`` examples drawn with a fixed seed, in file order (all when ``n`` is 0 or too large)."""
     if not n or n >= len(examples):
         return examples
@@ -586,9 +586,9 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         resume = resume and _has_checkpoint(Path(out_dir) / "last")
     d = cfg.data
     spec = get_task(d.task)
-    train_ex = _subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
+    train_ex = subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
-    dev_ex = _subset(dev_ex, d.max_eval_examples)
+    dev_ex = subset(dev_ex, d.max_eval_examples)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
@@ -636,7 +636,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                                  **evaluate(model)}
     if d.test_split is not None:
         test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
-        test_ex = _subset(test_ex, d.max_eval_examples)
+        test_ex = subset(test_ex, d.max_eval_examples)
         test_items, test_cut = encode_items(test_ex, spec, encoder, model.config, d.test_split)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
@@ -683,7 +683,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
     if max_examples and predictions_file is not None and spec.reader == "tsv":
         raise ConfigError("--predictions writes a GLUE submission file, which numbers every example of the split, "
                           "but --max-examples scores a subset", "drop --max-examples to write predictions")
-    examples = _subset(examples, max_examples)
+    examples = subset(examples, max_examples)
     encoder = encoder_for(model, vocab)
     items, cut = encode_items(examples, spec, encoder, model.config, split)
     outs = predict(model.to(target), items, encoder.fmt, batch_size)
