@@ -4,8 +4,13 @@ installed) and a tiny corpus whose related words end up closer than unrelated on
 
 import heapq
 import itertools
+import json
 import math
+import multiprocessing
 import os
+import re
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +18,7 @@ import torch
 
 from genfeat.errors import ConfigError, DataError, GenfeatError
 from genfeat.eval.word_vectors import analogy_accuracy, word_similarity
+from genfeat.framework.trainer import Trainer
 from genfeat.methods import word2vec as w2v_method
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, corpus_shards, encode_sentences, fit_word2vec
 from genfeat.models.word2vec import Word2Vec, Word2VecConfig, nearest_neighbours, save_word2vec_format
@@ -377,22 +383,78 @@ def test_hogwild_workers_share_the_vectors():
     assert within_b > cos[b][:, ~b].mean() + 0.3, (float(within_b), float(cos[b][:, ~b].mean()))
 
 
-def test_hogwild_worker_failure_is_raised(monkeypatch):
-    parent = os.getpid()
-    train_share = w2v_method._train_share
+@pytest.mark.parametrize("ending", ["killed", "raised", "done", "late"])
+def test_hogwild_worker_failure_stops_the_run_at_once(ending, tmp_path, monkeypatch):
+    """3 processes, shares of about 100 steps. killed / raised: worker 1 ends (SIGKILL, an exception) before share 0's
+    first step (the parent waits for it, so the order is certain): the run stops after that step with one error line
+    naming the worker, its share and the cause; worker 2, sleeping through its share, is terminated; no worker process
+    is left; OUT holds only the metrics log so far. done: workers that finish their shares early are no failure.
+    late: worker 2 fails once share 0 has ended (OUT holds its ``last``), while worker 1 still sleeps: the wait for the
+    workers ends at once with worker 2's error, and worker 1 is terminated."""
+    parent, taken, workers = os.getpid(), [], []
+    train_share, step = w2v_method._train_share, Trainer._step
+    share0_done = tmp_path / "share0_done"
 
-    def fail_in_worker(*args, **kwargs):
-        if os.getpid() != parent:
-            raise DataError("worker broke " + "x" * 100_000, "nothing")  # more than a pipe holds: cut short
-        return train_share(*args, **kwargs)
+    def ending_first(*args, **kwargs):
+        worker = {"word2vec-worker-1": 1, "word2vec-worker-2": 2}.get(multiprocessing.current_process().name)
+        if (worker, ending) == (1, "killed"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if (worker, ending) == (1, "raised"):
+            raise DataError("worker broke\n" + "x" * 100_000, "nothing")  # one line, cut short (more than a pipe holds)
+        if (worker, ending) == (2, "late"):
+            while not share0_done.exists():
+                time.sleep(0.01)
+            raise DataError("worker broke late", "nothing")
+        if worker is not None and ending != "done":
+            time.sleep(60)
+        if worker is not None:
+            return None
+        workers.extend(sorted(multiprocessing.active_children(), key=lambda p: p.name))
+        if ending != "late":
+            workers[0].join(60)
+        result = train_share(*args, **kwargs)
+        share0_done.touch()
+        return result
 
-    monkeypatch.setattr(w2v_method, "_train_share", fail_in_worker)
+    def counted_step(self, *args):
+        taken.append(os.getpid())
+        return step(self, *args)
+
+    monkeypatch.setattr(w2v_method, "_train_share", ending_first)
+    monkeypatch.setattr(Trainer, "_step", counted_step)
+    (tmp_path / "corpus.txt").write_text("\n".join(" ".join(s) for s in _topic_corpus(sentences=200)) + "\n")
+    cfg = Word2VecRecipe(corpus=[str(tmp_path / "corpus.txt")], dim=8, min_count=1, sample=0.0, epochs=3, batch_size=16,
+                         workers=3, similarity_file="", analogy_file="")
+    out = tmp_path / "out"
+    if ending == "done":
+        figures = w2v_method.run(cfg, seed=0, out_dir=out, progress=False)
+        last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+        assert last["phase_step"] == len(taken) > 90 and figures["steps"] > 3 * 90  # share 0 to its end
+        assert {"final", "vectors.bin", "results.json"} <= set(os.listdir(out))
+        return
+    with pytest.raises(GenfeatError) as error:
+        w2v_method.run(cfg, seed=0, out_dir=out, progress=False)
+    failed, cause = {"killed": (1, r"was killed by signal 9 \(SIGKILL: most likely out of memory\)"),
+                     "raised": (1, r"raised DataError: worker broke x{1900,1999}"),
+                     "late": (2, r"raised DataError: worker broke late\. fix: nothing")}[ending]
+    assert re.fullmatch(rf"a word2vec worker process failed: word2vec-worker-{failed} \(share {failed} of shares 0-2: "
+                        r"corpus words [\d,]+ to [\d,]+\) " + cause, error.value.cause), error.value.cause
+    assert "\n" not in str(error.value)
+    assert [p.name for p in workers] == ["word2vec-worker-1", "word2vec-worker-2"]
+    assert workers[2 - failed].exitcode == -signal.SIGTERM  # the other one, terminated
+    assert not any(os.path.exists(f"/proc/{p.pid}") for p in workers)  # ended and reaped
+    if ending == "late":
+        assert len(taken) > 90 and sorted(os.listdir(out)) == ["last", "metrics.jsonl"]
+    else:
+        assert taken == [parent]  # share 0 stopped after its first step
+        assert os.listdir(out) == ["metrics.jsonl"]
+
+
+def test_hogwild_run_cannot_be_resumed():
     sentences = _topic_corpus(sentences=200)
     words, counts = build_vocab(sentences, 1)
     ids, sent = encode_sentences(sentences, words)
     cfg = Word2VecRecipe(dim=8, min_count=1, sample=0.0, epochs=1, batch_size=128, workers=2)
-    with pytest.raises(GenfeatError, match="worker process failed: DataError: worker broke"):
-        fit_word2vec(ids, sent, counts, cfg, seed=0)
     with pytest.raises(ConfigError, match="cannot be resumed"):
         fit_word2vec(ids, sent, counts, cfg, seed=0, resume_from="somewhere")
 

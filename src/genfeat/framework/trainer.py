@@ -163,12 +163,16 @@ class Trainer:
             refused when one differs from the checkpoint's copy.
         resume_from: a ``last`` checkpoint directory to continue exactly from (its backup when a kill
             between the two renames of a checkpoint write left only that).
+        after_step: called with the global step count after every optimizer step, before that step's
+            logging, evaluation and checkpoint; an exception it raises ends training there and propagates
+            (nothing more is logged or saved). word2vec's Hogwild parent checks its worker processes with it.
     """
 
     def __init__(self, model: nn.Module, phases: list[Phase], cfg: TrainConfig,
                  evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
                  out_dir: str | Path | None = None, checkpoint_config: dict[str, Any] | None = None,
-                 save_extra: Callable[[Path], None] | None = None, resume_from: str | Path | None = None):
+                 save_extra: Callable[[Path], None] | None = None, resume_from: str | Path | None = None,
+                 after_step: Callable[[int], None] | None = None):
         if (cfg.save_every or cfg.stop_after_steps) and out_dir is None:
             raise ConfigError("train.save_every / stop_after_steps need an output directory for checkpoints",
                               "pass --out DIR")
@@ -185,6 +189,7 @@ class Trainer:
         self.checkpoint_config = checkpoint_config
         self.save_extra = save_extra
         self.resume_from = resume_from
+        self.after_step = after_step
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
@@ -459,53 +464,54 @@ class Trainer:
             self.model.train()
             window: dict[str, list[float]] = {}
             window_items, window_t0 = 0.0, time.time()
-            bar = tqdm(total=phase.steps, initial=start, desc=phase.name, dynamic_ncols=True, mininterval=1.0,
-                       disable=not (self.cfg.progress and self.dist.is_main))
             stopped = False
             step = start
-            for step in range(start, phase.steps):
-                stage = phase.stage_at(step)
-                opt = optimizers[stage.optimizer]
-                lr = phase.optimizers[stage.optimizer].config.lr_at(step, phase.steps)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                window_items += self._step(phase, stage, opt, window)
-                global_step += 1
-                bar.update(1)
-                done = step + 1
-                if done % self.cfg.log_every == 0 or done == phase.steps:
-                    keys = sorted(window)
-                    sums = all_reduce_sum([x for k in keys for x in window[k]] + [window_items], self.dist)
-                    elapsed = max(time.time() - window_t0, 1e-9)
-                    record: dict[str, Any] = {"step": global_step, "phase": phase.name, "phase_step": done, "lr": lr}
-                    if len(phase.optimizers) > 1:  # "lr" is the last-stepped optimizer's; name each one's
-                        record.update({f"lr/{name}": spec.config.lr_at(step, phase.steps)
-                                       for name, spec in phase.optimizers.items()})
-                    for i, k in enumerate(keys):
-                        s, c = sums[2 * i], sums[2 * i + 1]
-                        record[k] = s / max(c, 1.0)
-                    record["items_per_s"] = sums[-1] / elapsed
-                    self._log(record)
-                    first = next((k for k in keys if "/" not in k), None)
-                    if first is not None and math.isfinite(record[first]):
-                        bar.set_postfix({first: f"{record[first]:.3f}", "items/s": f"{record['items_per_s']:.0f}"})
-                    window, window_items, window_t0 = {}, 0.0, time.time()
-                if self.cfg.eval_every and done % self.cfg.eval_every == 0 and done != phase.steps:
-                    stopped = self._run_eval(tracker, global_step, phase)
-                # at the phase's last step the checkpoint follows its evaluation (below), so a resume from
-                # it never skips that evaluation or the best-state restore
-                if self.cfg.save_every and done % self.cfg.save_every == 0 and done != phase.steps:
-                    self._save("last", p_idx, done, global_step, optimizers, tracker)
-                steps_this_run += 1
-                if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
-                    bar.close()
-                    self._save("last", p_idx, done, global_step, optimizers, tracker)
-                    return TrainResult(steps=global_step, seconds=time.time() - start_time,
-                                       best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
-                                       history=tracker["history"], interrupted=True)
-                if stopped:
-                    break
-            bar.close()
+            with tqdm(total=phase.steps, initial=start, desc=phase.name, dynamic_ncols=True, mininterval=1.0,
+                      disable=not (self.cfg.progress and self.dist.is_main)) as bar:
+                for step in range(start, phase.steps):
+                    stage = phase.stage_at(step)
+                    opt = optimizers[stage.optimizer]
+                    lr = phase.optimizers[stage.optimizer].config.lr_at(step, phase.steps)
+                    for group in opt.param_groups:
+                        group["lr"] = lr
+                    window_items += self._step(phase, stage, opt, window)
+                    global_step += 1
+                    bar.update(1)
+                    if self.after_step is not None:
+                        self.after_step(global_step)
+                    done = step + 1
+                    if done % self.cfg.log_every == 0 or done == phase.steps:
+                        keys = sorted(window)
+                        sums = all_reduce_sum([x for k in keys for x in window[k]] + [window_items], self.dist)
+                        elapsed = max(time.time() - window_t0, 1e-9)
+                        record: dict[str, Any] = {"step": global_step, "phase": phase.name, "phase_step": done,
+                                                  "lr": lr}
+                        if len(phase.optimizers) > 1:  # "lr" is the last-stepped optimizer's; name each one's
+                            record.update({f"lr/{name}": spec.config.lr_at(step, phase.steps)
+                                           for name, spec in phase.optimizers.items()})
+                        for i, k in enumerate(keys):
+                            s, c = sums[2 * i], sums[2 * i + 1]
+                            record[k] = s / max(c, 1.0)
+                        record["items_per_s"] = sums[-1] / elapsed
+                        self._log(record)
+                        first = next((k for k in keys if "/" not in k), None)
+                        if first is not None and math.isfinite(record[first]):
+                            bar.set_postfix({first: f"{record[first]:.3f}", "items/s": f"{record['items_per_s']:.0f}"})
+                        window, window_items, window_t0 = {}, 0.0, time.time()
+                    if self.cfg.eval_every and done % self.cfg.eval_every == 0 and done != phase.steps:
+                        stopped = self._run_eval(tracker, global_step, phase)
+                    # at the phase's last step the checkpoint follows its evaluation (below), so a resume from
+                    # it never skips that evaluation or the best-state restore
+                    if self.cfg.save_every and done % self.cfg.save_every == 0 and done != phase.steps:
+                        self._save("last", p_idx, done, global_step, optimizers, tracker)
+                    steps_this_run += 1
+                    if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
+                        self._save("last", p_idx, done, global_step, optimizers, tracker)
+                        return TrainResult(steps=global_step, seconds=time.time() - start_time,
+                                           best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
+                                           history=tracker["history"], interrupted=True)
+                    if stopped:
+                        break
             if not stopped:
                 self._run_eval(tracker, global_step, phase)
             if self.cfg.keep_best and tracker.get("best_state") is not None:

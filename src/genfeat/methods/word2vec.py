@@ -231,8 +231,9 @@ def corpus_shards(sentence: np.ndarray, parts: int) -> list[tuple[int, int]]:
 
 
 def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: TrainConfig, out_dir=None,
-                 checkpoint_config=None, save_extra=None, resume_from=None) -> TrainResult:
-    """The one training loop over one sampler: SGD on sparse gradients, α decaying linearly over ``steps``."""
+                 checkpoint_config=None, save_extra=None, resume_from=None, after_step=None) -> TrainResult:
+    """The one training loop over one sampler: SGD on sparse gradients, α decaying linearly over ``steps``
+    (``after_step``: as :class:`Trainer`'s)."""
     from ..objectives.word2vec import Word2VecObjective
 
     # α applies to each pair's loss: the trainer minimises the mean over the batch's center words
@@ -240,7 +241,7 @@ def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: TrainCon
     objective = Word2VecObjective("sgns" if cfg.loss == "negative" else "hs")
     phase = Phase("train", steps, [Stage([Term(objective, sampler)])], {"main": OptimSpec(optim)})
     return Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config, save_extra=save_extra,
-                   resume_from=resume_from).fit()
+                   resume_from=resume_from, after_step=after_step).fit()
 
 
 def _share_with_forks(model: torch.nn.Module) -> None:
@@ -256,9 +257,10 @@ def _share_with_forks(model: torch.nn.Module) -> None:
 
 def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: TrainConfig, report,
                     parent: int) -> None:
-    """A forked worker: train the shared model on its sampler. An exception's text (cut to 2,000 characters, so
-    the write never waits on a full pipe) goes to ``report``, its own pipe's write end; an interrupt ends the
-    process with status 130. It ends too when the parent process ``parent`` dies (Linux: parent-death signal)."""
+    """A forked worker: train the shared model on its sampler. An exception's text (on one line, cut to 2,000
+    characters, so the write never waits on a full pipe) goes to ``report``, its own pipe's write end; an interrupt
+    ends the process with status 130. It ends too when the parent process ``parent`` dies (Linux: parent-death
+    signal)."""
     import ctypes
     import os
     import signal
@@ -274,21 +276,41 @@ def _hogwild_worker(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: Train
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except Exception as e:  # noqa: BLE001 (any failure is reported to the parent, which raises it)
-        report.send(f"{type(e).__name__}: {e}"[:2000])
+        report.send(" ".join(f"{type(e).__name__}: {e}".split())[:2000])
         raise SystemExit(1) from None
 
 
 def _worker_failure(proc, reader) -> str:
     """Why a worker ended with a non-zero status: its reported exception, else its status or signal."""
     if reader.poll():
-        return reader.recv()
+        try:
+            return f"raised {reader.recv()}"
+        except EOFError:  # no report, and no process holds the pipe's write end any more
+            pass
     if proc.exitcode == 130:
-        return f"{proc.name} was interrupted"
-    if proc.exitcode is not None and proc.exitcode < 0:
+        return "was interrupted"
+    if proc.exitcode < 0:
         sig = -proc.exitcode
         hint = " (SIGKILL: most likely out of memory)" if sig == 9 else ""
-        return f"{proc.name} was killed by signal {sig}{hint}"
-    return f"{proc.name} ended with exit code {proc.exitcode}"
+        return f"was killed by signal {sig}{hint}"
+    return f"ended with exit code {proc.exitcode}"
+
+
+def _check_workers(procs, readers, shards: list[tuple[int, int]]) -> None:
+    """Raise the error of the first worker process (``procs[k]`` trains share k + 1) that has ended with a failure;
+    one still training, or one that finished its share, passes. It costs one ``waitpid(WNOHANG)`` per worker, a few
+    microseconds against a step's milliseconds, so share 0 runs it after every step.
+
+    Raises:
+        GenfeatError: naming the worker, its share and the cause.
+    """
+    for w, (proc, reader) in enumerate(zip(procs, readers), 1):
+        if proc.exitcode not in (None, 0):
+            a, b = shards[w]
+            raise GenfeatError(f"a word2vec worker process failed: {proc.name} (share {w} of shares 0-{len(shards) - 1}"
+                               f": corpus words {a:,} to {b:,}) {_worker_failure(proc, reader)}",
+                               "fix the cause named (a killed worker: lower workers or the corpus size), or train "
+                               "with workers 1 to see it in this process")
 
 
 def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg: Word2VecRecipe, seed: int,
@@ -300,7 +322,12 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     the corpus is cut into W shares (:func:`corpus_shards`); the model's tables move to shared memory and W − 1
     forked processes train on shares 1.. while this one trains on share 0 with the logs and checkpoints (so
     ``out_dir/last`` is written when share 0 ends, while the others may still be training; the returned model,
-    which ``run`` saves as ``final``, is taken after all of them).
+    which ``run`` saves as ``final``, is taken after all of them). After every step of share 0, and while it waits
+    for the others at the end, this process checks its workers (:func:`_check_workers`): the first one that has
+    ended with a failure (an exception, a signal, a non-zero status) ends the run at once, the others are
+    terminated and its error is raised, so ``out_dir`` keeps share 0's ``metrics.jsonl`` up to that step and no
+    ``last`` (workers write no mid-run checkpoint), and ``run`` writes no ``final``, vectors or results. A worker
+    that finishes its share before share 0 ends is no failure.
 
     Args:
         ids: (N,) word ids; sentence: (N,) sentence index of each; counts: (V,) word counts.
@@ -316,11 +343,13 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     Raises:
         ConfigError: the vectors are not finite after training (the settings made SGD diverge); resuming a run
             with workers > 1.
-        GenfeatError: a worker process failed (its exception's text) or was killed.
+        GenfeatError: a worker process failed (its exception's text) or was killed, raised as soon as this process
+            sees it (after share 0's current step), naming the worker and its share.
     """
     import multiprocessing
     import os
     import time
+    from multiprocessing.connection import wait
 
     from ..models.word2vec import Word2Vec
     from ..objectives.word2vec import WindowSampler
@@ -356,21 +385,20 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
             readers.append(reader)
         for p in procs:
             p.start()
+    check = (lambda step: _check_workers(procs, readers, shards)) if procs else None
     try:
         result = _train_share(model, samplers[0], share_steps[0], cfg, tcfg, out_dir, checkpoint_config,
-                              save_extra, resume_from)
-        for p in procs:
-            p.join()
+                              save_extra, resume_from, check)
+        running = {p.sentinel: p for p in procs}
+        while running:  # in the order they end, so the first failure ends the wait
+            for ended in wait(list(running)):
+                running.pop(ended).join()
+            _check_workers(procs, readers, shards)
     finally:
         for p in procs:
             if p.is_alive():
                 p.terminate()
                 p.join()
-    failed = [(p, r) for p, r in zip(procs, readers) if p.exitcode != 0]
-    if failed:
-        raise GenfeatError(f"a word2vec worker process failed: {_worker_failure(*failed[0])}",
-                           "fix the cause named (a killed worker: lower workers or the corpus size), or train with "
-                           "workers 1 to see it in this process")
     if procs:
         result = dataclasses.replace(result, steps=sum(share_steps), seconds=time.time() - t0)
     if not torch.isfinite(model.input.weight).all():
