@@ -363,8 +363,10 @@ def test_sampler_streams():
 
 def test_hogwild_workers_share_the_vectors():
     """Topic a fills the first half of the corpus and topic b the second, so with two workers only worker 1 (a forked
-    process) ever sees topic b: b's words move from their initial vectors and cluster only if its updates land in
-    the shared tables."""
+    process) ever sees topic b as centre words: b's input vectors move from their initial values and draw together
+    only if its updates land in the shared tables. (Whether b also separates from a depends on how the two
+    processes interleave: trained one after the other, as one process reading b three times and then a three
+    times also shows, every input vector of this 20-word corpus ends in one direction, so that is not asserted.)"""
     rng = np.random.default_rng(0)
     topics = [[f"a{i}" for i in range(10)], [f"b{i}" for i in range(10)]]
     sentences = [list(rng.choice(topics[k // 750], 8)) for k in range(1500)]
@@ -380,7 +382,9 @@ def test_hogwild_workers_share_the_vectors():
     v = model.vectors / model.vectors.norm(dim=1, keepdim=True)
     cos = v @ v.T
     within_b = (cos[b][:, b].sum() - b.sum()) / (b.sum() * (b.sum() - 1))
-    assert within_b > cos[b][:, ~b].mean() + 0.3, (float(within_b), float(cos[b][:, ~b].mean()))
+    initial_b = initial[b] / initial[b].norm(dim=1, keepdim=True)
+    assert abs(float(((initial_b @ initial_b.T).sum() - b.sum()) / (b.sum() * (b.sum() - 1)))) < 0.2  # random at start
+    assert within_b > 0.9, float(within_b)
 
 
 @pytest.mark.parametrize("ending", ["killed", "raised", "done", "late"])
@@ -409,7 +413,6 @@ def test_hogwild_worker_failure_stops_the_run_at_once(ending, tmp_path, monkeypa
             time.sleep(60)
         if worker is not None:
             return None
-        workers.extend(sorted(multiprocessing.active_children(), key=lambda p: p.name))
         if ending != "late":
             workers[0].join(60)
         result = train_share(*args, **kwargs)
@@ -420,6 +423,12 @@ def test_hogwild_worker_failure_stops_the_run_at_once(ending, tmp_path, monkeypa
         taken.append(os.getpid())
         return step(self, *args)
 
+    def recorded_start(self):  # every worker as it starts (active_children() would miss one that already ended)
+        workers.append(self)
+        return start(self)
+
+    start = multiprocessing.context.ForkProcess.start
+    monkeypatch.setattr(multiprocessing.context.ForkProcess, "start", recorded_start)
     monkeypatch.setattr(w2v_method, "_train_share", ending_first)
     monkeypatch.setattr(Trainer, "_step", counted_step)
     (tmp_path / "corpus.txt").write_text("\n".join(" ".join(s) for s in _topic_corpus(sentences=200)) + "\n")
