@@ -114,3 +114,12 @@ def test_synthetic_2d_case_study_writes_its_figures(tmp_path):
     for name in ("points", "boundaries", "features"):
         png = (tmp_path / "fig" / f"complement_gan_2d_{name}.png").read_bytes()
         assert png[:4] == b"\x89PNG" and (tmp_path / "out" / "figures" / f"complement_gan_2d_{name}.png").read_bytes() == png
+
+
+def test_an_output_the_dataset_does_not_draw_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="figures_dir holds the 2-D case study's figures; mnist writes a sample grid"):
+        run_recipe(RECIPES / "mnist_fm.yaml", {**TINY, "figures_dir": str(tmp_path)}, out_dir=tmp_path / "a",
+                   progress=False)
+    with pytest.raises(ConfigError, match="samples_png is a grid of generated images"):
+        run_recipe(RECIPES / "synthetic_2d.yaml", {"steps": 1, "samples_png": str(tmp_path / "x.png")},
+                   out_dir=tmp_path / "b", progress=False)

@@ -104,3 +104,14 @@ def test_resume_continues_exactly(tmp_path):
     assert resumed["valid_loss"] == whole["valid_loss"]
     a, b = (genfeat.from_pretrained(tmp_path / d / "final") for d in ("whole", "part"))
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_a_model_without_reuse_len_keeps_the_streams_reuse_in_memory(tmp_path):
+    # the stream's segments continue their rows by seq_len / 2 tokens; a model that kept all of a segment in memory
+    # would show the next segment the tokens it predicts, so the model takes the same reuse_len
+    recipe = DEBUG.read_text().replace(" reuse_len: 16,", "")
+    assert "reuse_len" not in recipe
+    (tmp_path / "r.yaml").write_text(recipe)
+    run_recipe(tmp_path / "r.yaml", overrides={"steps": 1, "data.valid_batches": 1, "train.eval_every": 0},
+               out_dir=tmp_path / "run", progress=False)
+    assert genfeat.from_pretrained(tmp_path / "run" / "final").config.reuse_len == 32 // 2

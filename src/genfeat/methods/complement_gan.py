@@ -13,6 +13,7 @@ set). Every evaluation's count is also in ``metrics.jsonl`` (``test_errors``), s
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,11 +95,12 @@ class ComplementGANRecipe(Config):
     init_batch: int = 500
     """Unlabelled images of the weight-norm data-dependent initialisation."""
     samples_png: str = ""
-    """A 10 x 10 grid of generated samples (Fig. 3.6) is always written to OUT/samples.png; when set, also to
-    this PNG ("{seed}" in it is replaced by the seed, so that several seeds do not overwrite one another)."""
+    """Image datasets: a 10 x 10 grid of generated samples (Fig. 3.6) is always written to OUT/samples.png; when
+    set, copied to this PNG too ("{seed}" in it is replaced by the seed, so that several seeds do not overwrite
+    one another)."""
     figures_dir: str = ""
     """synthetic_2d: the case study's figures (Figs. 3.2-3.5 analogue) are always written into OUT/figures; when
-    set, also into this directory ("{seed}" replaced by the seed)."""
+    set, copied into this directory too ("{seed}" replaced by the seed)."""
     train: TrainConfig = field(default_factory=lambda: _train_defaults(eval_every=1200, save_every=1200))
     """The loop (eval_every: steps between test-error evaluations, logged to metrics.jsonl)."""
 
@@ -117,6 +119,11 @@ class ComplementGANRecipe(Config):
             self.model = replace(self.model, encoder=True)
         if not self.supervised_only and not (self.feature_matching or self.pt_weight or self.vi_weight):
             raise ValueError("the generator needs feature_matching, pt_weight or vi_weight")
+        if self.dataset == "synthetic_2d" and self.samples_png:
+            raise ValueError("samples_png is a grid of generated images; synthetic_2d draws figures (figures_dir)")
+        if self.dataset != "synthetic_2d" and self.figures_dir:
+            raise ValueError(f"figures_dir holds the 2-D case study's figures; {self.dataset} writes a sample grid "
+                             "(samples_png)")
 
 
 @dataclass
@@ -401,15 +408,20 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
         _, samples = model.generate(100)
     if density is not None:
         figures["max_logp_generated"] = float(log_probs(density, samples, cfg.model.pixel_range).max())
-    seeded = lambda path: Path(path.replace("{seed}", str(seed)))  # noqa: E731
-    if cfg.dataset != "synthetic_2d":
-        for path in ([Path(out_dir) / "samples.png"] if out_dir is not None else []) + (
-                [seeded(cfg.samples_png)] if cfg.samples_png else []):
-            save_grid(samples, path, cfg.model.pixel_range)
-    else:
-        for directory in ([Path(out_dir) / "figures"] if out_dir is not None else []) + (
-                [seeded(cfg.figures_dir)] if cfg.figures_dir else []):
-            plot_case_study(model, data, directory, seed)
+    # drawn once into OUT (or, without one, the first copy's place), then copied
+    copy = (cfg.figures_dir if cfg.dataset == "synthetic_2d" else cfg.samples_png).replace("{seed}", str(seed))
+    places = ([Path(out_dir) / ("figures" if cfg.dataset == "synthetic_2d" else "samples.png")]
+              if out_dir is not None else []) + ([Path(copy)] if copy else [])
+    if places and cfg.dataset == "synthetic_2d":
+        made = plot_case_study(model, data, places[0], seed)
+    elif places:
+        save_grid(samples, places[0], cfg.model.pixel_range)
+        made = [places[0]]
+    for place in places[1:]:
+        for path in made:
+            target = place / path.name if cfg.dataset == "synthetic_2d" else place
+            with atomic_path(target) as tmp:
+                shutil.copyfile(path, tmp)
     if out_dir is not None:
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures

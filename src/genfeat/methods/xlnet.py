@@ -115,6 +115,13 @@ class PretrainingText:
     valid: Any
 
 
+def reuse_len(model_cfg: dict[str, Any], data: XLNetDataConfig) -> int:
+    """The tokens of a segment that continue its row and enter the memory: the model section's ``reuse_len``, or
+    half the segment (XLNet's 256 of 512). The stream and the model must agree on it: a model keeping all of a
+    segment in memory would show the next segment the very tokens it predicts."""
+    return model_cfg.get("reuse_len") or data.seq_len // 2
+
+
 def pretraining_text(data: XLNetDataConfig, model_cfg: dict[str, Any], seed: int, out_dir: Path | None,
                      resume: bool, train_device: str = "auto") -> PretrainingText:
     """Read, tokenise and cut the text of ``data`` (module doc) for a model section ``model_cfg``
@@ -130,7 +137,7 @@ def pretraining_text(data: XLNetDataConfig, model_cfg: dict[str, Any], seed: int
     if absent:
         raise ConfigError(f"tokenizer '{data.tokenizer}' has no {'/'.join(absent)} token",
                           "use an XLNet (sentencepiece) tokenizer from 'genfeat tokenizer train --kind sentencepiece'")
-    reuse = model_cfg.get("reuse_len") or data.seq_len // 2
+    reuse = reuse_len(model_cfg, data)
     layout = PairLayout(special["sep"], special["cls"])
     bi = bool(model_cfg.get("bi_data", False))
 
@@ -175,7 +182,8 @@ def _pretrain(cfg: XLNetRecipe | DAERecipe, make_objective: Callable[[Pretrainin
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     text = pretraining_text(data, cfg.model, seed, out_dir, resume, cfg.train.device)
     check_resume_vocabulary(text.vocab, resume_from)
-    model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(text.vocab), "nsp": cfg.objective.nsp}, "model")
+    model_cfg = from_dict(XLNetConfig, {**cfg.model, "n_token": len(text.vocab), "nsp": cfg.objective.nsp,
+                                        "reuse_len": reuse_len(cfg.model, data)}, "model")
     seed_everything(seed)
     model = XLNetLMHeadModel(model_cfg)
 
