@@ -100,7 +100,7 @@ def test_a_pretrained_checkpoint_exports_to_hugging_face_with_its_tokenizer(tmp_
     hf = transformers.OpenAIGPTLMHeadModel.from_pretrained(tmp_path / "hf").eval()
     text = "The model learns"  # lower-cased by the tokenizer, as in GPT-1
     ids = tok(text).input_ids
-    assert type(tok).__name__ == "OpenAIGPTTokenizerFast" and ids == vocab.encode(text) and len(ids) <= 16
+    assert isinstance(tok, transformers.OpenAIGPTTokenizerFast) and ids == vocab.encode(text) and len(ids) <= 16
     with torch.no_grad():
         torch.testing.assert_close(hf(torch.tensor([ids])).logits, model(torch.tensor([ids])).logits,
                                    atol=1e-4, rtol=1e-4)
