@@ -52,6 +52,7 @@ def recipe(tmp_path, steps=3, **data):
     return path
 
 
+@pytest.mark.hf_interop
 def test_recipe_trains_saves_and_the_checkpoint_loads(tmp_path):
     result = run_recipe(recipe(tmp_path), out_dir=tmp_path / "run", progress=False)
     assert result["steps"] == 3 and math.isfinite(result["valid_loss"]) and result["valid_masked"] > 0

@@ -24,6 +24,7 @@ def corpus(tmp_path, lines=TEXT):
     return path
 
 
+@pytest.mark.hf_interop
 def test_bpe_files_load_in_hugging_face_and_encode_alike(tmp_path):
     transformers = pytest.importorskip("transformers")
     vocab = train_tokenizer(TokenizerConfig("bpe", 150, lowercase=True), corpus(tmp_path), tmp_path / "tok")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf_interop
 from transformers import OpenAIGPTConfig  # noqa: E402
 from transformers import OpenAIGPTDoubleHeadsModel as HFDoubleHeads  # noqa: E402
 from transformers import OpenAIGPTLMHeadModel as HFLMHead  # noqa: E402

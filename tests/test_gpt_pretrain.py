@@ -88,6 +88,7 @@ def test_recipe_trains_saves_and_the_checkpoint_loads(tmp_path, architecture):
     assert "".join(tokens).replace("</w>", " ").split() == text.split() and len(tokens) > 4
 
 
+@pytest.mark.hf_interop
 def test_a_pretrained_checkpoint_exports_to_hugging_face_with_its_tokenizer(tmp_path):
     transformers = pytest.importorskip("transformers")
     run_recipe(recipe(tmp_path, steps=2), overrides={"model.d_inner": 64}, out_dir=tmp_path / "run",

@@ -38,6 +38,7 @@ def toks(tmp_path_factory):
     return {"wp": wp, "sp": sp, "wp_dir": root / "wp", "sp_dir": root / "sp"}
 
 
+@pytest.mark.hf_interop
 def test_bert_pair_is_hugging_face_bert_template(toks):
     from transformers import BertTokenizerFast
 
@@ -52,6 +53,7 @@ def test_bert_pair_is_hugging_face_bert_template(toks):
     assert single.ids == hf(a)["input_ids"]
 
 
+@pytest.mark.hf_interop
 def test_xlnet_pair_is_hugging_face_xlnet_template(toks):
     from transformers import XLNetTokenizer
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf_interop
 from transformers import XLNetConfig as HFXLNetConfig, XLNetLMHeadModel as HFXLNetLMHeadModel  # noqa: E402
 
 import genfeat  # noqa: E402
