@@ -6,6 +6,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf_interop
 from transformers import BertConfig as HFBertConfig  # noqa: E402
 from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: E402
 from transformers import BertForPreTraining as HFBertForPreTraining  # noqa: E402

@@ -24,6 +24,7 @@ def corpus(tmp_path, lines=TEXT):
     return path
 
 
+@pytest.mark.hf_interop
 def test_bpe_files_load_in_hugging_face_and_encode_alike(tmp_path):
     transformers = pytest.importorskip("transformers")
     vocab = train_tokenizer(TokenizerConfig("bpe", 150, lowercase=True), corpus(tmp_path), tmp_path / "tok")
@@ -39,7 +40,7 @@ def test_bpe_files_load_in_hugging_face_and_encode_alike(tmp_path):
     assert vocab.decode(vocab.encode(probe)) == "the newer bounds widen ; margins , tight ."
     assert vocab.encode("ж <unk> z") == [0, 0, 0]  # unseen characters, and a literal <unk> as one token
     hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
-    assert type(hf).__name__ == "OpenAIGPTTokenizerFast" and hf.unk_token == "<unk>"
+    assert isinstance(hf, transformers.OpenAIGPTTokenizerFast) and hf.unk_token == "<unk>"
     assert hf(probe, add_special_tokens=False).input_ids == vocab.encode(probe)
     config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
     assert config["do_lower_case"] is True and config["tokenizer_class"] == "OpenAIGPTTokenizer"

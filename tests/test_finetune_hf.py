@@ -14,6 +14,7 @@ from genfeat.hub import from_pretrained, save_pretrained
 from genfeat.models.heads import FineTuneModel
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf_interop
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 
 CFG = {"vocab_size": 60, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf_interop
 from transformers import OpenAIGPTConfig  # noqa: E402
 from transformers import OpenAIGPTDoubleHeadsModel as HFDoubleHeads  # noqa: E402
 from transformers import OpenAIGPTLMHeadModel as HFLMHead  # noqa: E402
@@ -110,6 +111,25 @@ def test_pytorch_bin_with_tied_copy_loads(tmp_path):
     x = inputs(seed=7)
     with torch.no_grad():
         assert (ours(**x).logits - hf(**x).logits).abs().max() <= 1e-4
+
+
+def test_double_heads_table_stored_as_lm_head_loads(tmp_path):
+    """transformers 5 ties OpenAIGPTDoubleHeadsModel's token table to its LM head and saves only lm_head.weight;
+    the same file is made here under 4.x too."""
+    from safetensors.torch import load_file, save_file
+
+    hf = hf_model(HFDoubleHeads)
+    hf.save_pretrained(tmp_path / "hf")
+    weights = load_file(tmp_path / "hf" / "model.safetensors")
+    if "transformer.tokens_embed.weight" in weights:
+        weights["lm_head.weight"] = weights.pop("transformer.tokens_embed.weight")
+    save_file(weights, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    ids = torch.randint(0, V, (2, 3, 9), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        ref, out = hf(input_ids=ids), ours(ids)
+    assert (out.logits - ref.logits).abs().max() <= 1e-4
+    assert (out.mc_logits - ref.mc_logits).abs().max() <= 1e-4
 
 
 def test_other_architectures_and_mismatched_weights_are_refused(tmp_path):

@@ -88,6 +88,7 @@ def test_recipe_trains_saves_and_the_checkpoint_loads(tmp_path, architecture):
     assert "".join(tokens).replace("</w>", " ").split() == text.split() and len(tokens) > 4
 
 
+@pytest.mark.hf_interop
 def test_a_pretrained_checkpoint_exports_to_hugging_face_with_its_tokenizer(tmp_path):
     transformers = pytest.importorskip("transformers")
     run_recipe(recipe(tmp_path, steps=2), overrides={"model.d_inner": 64}, out_dir=tmp_path / "run",
@@ -100,7 +101,7 @@ def test_a_pretrained_checkpoint_exports_to_hugging_face_with_its_tokenizer(tmp_
     hf = transformers.OpenAIGPTLMHeadModel.from_pretrained(tmp_path / "hf").eval()
     text = "The model learns"  # lower-cased by the tokenizer, as in GPT-1
     ids = tok(text).input_ids
-    assert type(tok).__name__ == "OpenAIGPTTokenizerFast" and ids == vocab.encode(text) and len(ids) <= 16
+    assert isinstance(tok, transformers.OpenAIGPTTokenizerFast) and ids == vocab.encode(text) and len(ids) <= 16
     with torch.no_grad():
         torch.testing.assert_close(hf(torch.tensor([ids])).logits, model(torch.tensor([ids])).logits,
                                    atol=1e-4, rtol=1e-4)

@@ -28,6 +28,7 @@ def corpus(tmp_path, lines=TEXT, name="corpus.txt"):
     return path
 
 
+@pytest.mark.hf_interop
 def test_wordpiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
     transformers = pytest.importorskip("transformers")
     vocab = train_tokenizer(TokenizerConfig("wordpiece", 120), corpus(tmp_path), tmp_path / "tok")
@@ -52,6 +53,7 @@ def test_wordpiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
     assert all(bool(starts[i]) == (not p.startswith("##")) for i, p in enumerate(pieces))
 
 
+@pytest.mark.hf_interop
 def test_sentencepiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
     transformers = pytest.importorskip("transformers")
     vocab = train_tokenizer(TokenizerConfig("sentencepiece", 90), corpus(tmp_path), tmp_path / "tok")
@@ -70,6 +72,7 @@ def test_sentencepiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
     assert all(bool(starts[i]) == vocab.sp.id_to_piece(i).startswith("\u2581") for i in range(9, len(vocab)))
 
 
+@pytest.mark.hf_interop
 def test_lowercase_is_applied_and_saved(tmp_path):
     transformers = pytest.importorskip("transformers")
     vocab = train_tokenizer(TokenizerConfig("wordpiece", 110, lowercase=True), corpus(tmp_path), tmp_path / "tok")

@@ -80,6 +80,7 @@ def test_nsp_and_dae_variants_train(tmp_path, variant):
     assert model.config.nsp
 
 
+@pytest.mark.hf_interop
 def test_export_to_hugging_face_loads_there(trained, tmp_path):
     transformers = pytest.importorskip("transformers")
     out, _ = trained

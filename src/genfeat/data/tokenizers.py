@@ -192,7 +192,8 @@ def _train_bpe(lines: list[str], cfg: TokenizerConfig) -> BPEVocab:
                         f"--vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or more")
     # <unk>, then the sorted pieces: the ids are a function of the set of pieces (module doc)
     tokens = [unk] + sorted(set(tok.get_vocab()) - {unk})
-    merges = [tuple(m.split(" ")) for m in json.loads(tok.to_str())["model"]["merges"]]
+    # tokenizers before 0.20 serialise a merge as "a b", later releases as ["a", "b"]
+    merges = [tuple(m.split(" ") if isinstance(m, str) else m) for m in json.loads(tok.to_str())["model"]["merges"]]
     return BPEVocab(_bpe_from_tokens(tokens, merges, cfg.lowercase))
 
 

@@ -3,7 +3,8 @@
 Reads an ``OpenAIGPTLMHeadModel``, ``OpenAIGPTDoubleHeadsModel`` or ``OpenAIGPTModel`` directory
 (config.json + model.safetensors or pytorch_model.bin; ``model_type: openai-gpt``) into
 :class:`~genfeat.models.gpt.GPTLMHeadModel` (the multiple-choice head comes with the double-heads
-model; the LM head is the tied token table, so it needs no weights of its own); writes the reverse,
+model; the LM head is the tied token table, so it needs no weights of its own, and a table stored only
+as ``lm_head.weight``, as transformers 5 saves the double-heads model, is that table); writes the reverse,
 which ``transformers.OpenAIGPTLMHeadModel.from_pretrained`` (``OpenAIGPTDoubleHeadsModel`` with the
 multiple-choice head) loads.
 
@@ -94,6 +95,9 @@ def load_hf_gpt(path: str | Path) -> GPTLMHeadModel:
     weights = read_hf_weights(path)
     if not any(k.startswith("transformer.") for k in weights):  # a bare OpenAIGPTModel
         weights = {f"transformer.{k}": v for k, v in weights.items()}
+    if _TABLE not in weights and "lm_head.weight" in weights:
+        # transformers 5 ties OpenAIGPTDoubleHeadsModel's table to its head, so writes the pair as lm_head.weight
+        weights[_TABLE] = weights.pop("lm_head.weight")
     if _TABLE not in weights:
         raise CheckpointError(f"Hugging Face weights in '{path}' lack '{_TABLE}'",
                               "pass an OpenAI GPT directory (model_type openai-gpt) with its weights")
