@@ -11,6 +11,10 @@ OUT as usual) and also writes OUT/rank{r}.pt with the final parameters of every 
 ``ddp_worker.py OUT --transformer-xl-resume [--field.path value ...]`` does that twice in one
 process group: straight through into OUT/full, and in two invocations (``--train.stop_after_steps``
 half the steps, then ``--resume``) into OUT/chunked.
+
+``ddp_worker.py OUT --aux-lm BACKBONE`` takes one backward pass of GPT-1's L3 (λ = 0.5) on a tiny fine-tuning
+model of BACKBONE wrapped as the trainer wraps it (DistributedDataParallel, find_unused_parameters), every rank
+on the same batch, and writes OUT/rank{r}.pt with the gradients.
 """
 
 import json
@@ -68,10 +72,31 @@ def transformer_xl_resume(out: Path, overrides: list[str]) -> int:
             or transformer_xl(chunked, [*overrides, "--resume"]))
 
 
+def aux_lm(out: Path, args: list[str]) -> int:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from genfeat.objectives.task import TaskObjective
+
+    from test_finetune_heads import _task_batch, make
+
+    model = make(args[0]).train()
+    batch = _task_batch(model, "classification")
+    rank = 0
+    if "RANK" in __import__("os").environ:
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = DistributedDataParallel(model, find_unused_parameters=True)
+    TaskObjective("classification", 0.5)(model, batch).mean.backward()
+    grads = {k: p.grad for k, p in getattr(model, "module", model).named_parameters() if p.grad is not None}
+    torch.save({"params": grads, "losses": []}, out / f"rank{rank}.pt")
+    return 0
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    modes = {"--transformer-xl": transformer_xl, "--transformer-xl-resume": transformer_xl_resume}
+    modes = {"--transformer-xl": transformer_xl, "--transformer-xl-resume": transformer_xl_resume, "--aux-lm": aux_lm}
     if sys.argv[2:3] and sys.argv[2] in modes:
         sys.exit(modes[sys.argv[2]](out, sys.argv[3:]))
     main(out)

@@ -5,6 +5,9 @@ GPT's special tokens are new parameters, span scores stay inside the context, th
 with counts that backpropagate into head and backbone, and GPT-1's L3 = L2 + λ·L1 from one forward pass
 equals the loss and gradients of two separate passes."""
 
+import os
+import pathlib
+
 import pytest
 import torch
 
@@ -306,3 +309,24 @@ def test_packed_summary_positions():
     fmt = fmt_of(make("transformer_xl"))
     p = fmt.pack([[4, 5], [6]])
     assert isinstance(p, Packed) and p.ids == [4, 5, 0, 6, 0] and p.summary == 4 and p.starts == (0, 3)
+
+
+@pytest.mark.parametrize("backbone", ["gpt", "transformer_xl"])
+def test_auxiliary_lm_under_distributed_data_parallel(backbone, tmp_path):
+    """L1 runs inside the model's forward pass, so DDP sees every LM-head parameter used (Transformer-XL's untied
+    output layer crashed DDP's backward when L1 was computed outside it): 2 gloo processes on the same batch give
+    the one-process gradients."""
+    from torchrun_launch import launch_worker
+
+    worker = pathlib.Path(__file__).with_name("ddp_worker.py")
+    data = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
+    for nproc, out in ((1, tmp_path / "one"), (2, tmp_path / "two")):
+        out.mkdir()
+        launch_worker(worker, [str(out), "--aux-lm", backbone], nproc, data, timeout=240)
+    one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)["params"]
+    assert any(k.startswith("backbone.") and "emb" not in k for k in one) and "head.out.weight" in one
+    for rank in (0, 1):
+        two = torch.load(tmp_path / "two" / f"rank{rank}.pt", weights_only=True)["params"]
+        assert two.keys() == one.keys()
+        for k in one:
+            torch.testing.assert_close(two[k], one[k], atol=1e-6, rtol=1e-5, msg=k)

@@ -266,7 +266,10 @@ class TaskOutput:
     answer_logits: Tensor | None = None
     """[b] answerability scores (logit of "has an answer in this window")."""
     hidden: Tensor | None = None
-    """[b·k, t, d] last-layer states of the final segment (the auxiliary LM reads them)."""
+    """[b·k, t, d] last-layer states of the final segment."""
+    lm_log_probs: Tensor | None = None
+    """[m] with ``lm=True``: log P(u_{j+1} | u_{≤j}) of every real next token of the final segments under the
+    backbone's LM head, the terms of GPT-1's auxiliary L1 (:meth:`FineTuneModel.next_token_log_probs`)."""
 
 
 def _gather(hidden: Tensor, index: Tensor) -> Tensor:
@@ -385,7 +388,7 @@ class FineTuneModel(nn.Module):
     """Backbone + adapter + task head.
 
     ``model(input_ids, attention_mask=None, token_type_ids=None, summary_index=None, context_mask=None,
-    memory_ids=None) -> TaskOutput``
+    memory_ids=None, lm=False) -> TaskOutput``
 
     Args (a :func:`genfeat.tasks.collate` batch without its labels):
         input_ids, attention_mask, token_type_ids: [b, k, t] the (last) segment of every sequence.
@@ -393,6 +396,8 @@ class FineTuneModel(nn.Module):
         context_mask: [b, t] span windows: True at context tokens.
         memory_ids: [b, k, s, u] earlier segments of every sequence, read first (in order, all of u
             tokens, no padding) and kept as memory (adapters with ``memory`` only).
+        lm: also return ``lm_log_probs`` (:meth:`next_token_log_probs`), computed inside this forward
+            pass so that a DistributedDataParallel wrapper sees the LM head's parameters used.
     """
 
     def __init__(self, cfg: FineTuneConfig, backbone: nn.Module | None = None):
@@ -420,7 +425,7 @@ class FineTuneModel(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 summary_index: Tensor | None = None, context_mask: Tensor | None = None,
-                memory_ids: Tensor | None = None) -> TaskOutput:
+                memory_ids: Tensor | None = None, lm: bool = False) -> TaskOutput:
         b, k, t = input_ids.shape
         flat = [None if x is None else x.reshape(b * k, -1) for x in (input_ids, attention_mask, token_type_ids)]
         mems = None
@@ -435,7 +440,27 @@ class FineTuneModel(nn.Module):
         hidden, _ = self.adapter.hidden(self.backbone, *flat, mems)
         if summary_index is None:
             summary_index = torch.full((b, k), t - 1, device=input_ids.device)
-        return self.head(hidden, summary_index, context_mask)
+        out = self.head(hidden, summary_index, context_mask)
+        if lm:
+            out = dataclasses.replace(out, lm_log_probs=self.next_token_log_probs(hidden, *flat[:2]))
+        return out
+
+    def next_token_log_probs(self, hidden: Tensor, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """GPT-1's L1 terms on the task inputs, log P(u_{j+1} | u_{≤j}) (Eq. 1, 5), through the backbone's LM head.
+
+        Which tokens: in every one of the b·k sequences (both orders of a similarity pair, all k choices of a
+        multiple-choice example, each with its own copy of the shared text), every real token after the
+        sequence's first, from the state just before it; so ``<start>`` is never a target, the delimiter and
+        extract tokens (and Transformer-XL's ``<eos>``) are, like any real token, and padding is neither read
+        nor predicted. Only the final segment counts: tokens read as memory are not predicted, nor is the final
+        segment's first token from the memory. Causal backbones only (the others' adapters raise a
+        ConfigError naming ``aux_lm_weight``).
+
+        Shapes: hidden [n, t, d], input_ids and attention_mask [n, t] -> [m], m real next tokens.
+        """
+        real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        keep = real[:, 1:] & real[:, :-1]          # state j predicts token j+1, both real tokens
+        return self.adapter.lm_log_probs(self.backbone, hidden[:, :-1][keep], input_ids[:, 1:][keep])
 
 
 def _memory_types(types: Tensor | None, length: int) -> Tensor | None:

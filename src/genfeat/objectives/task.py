@@ -8,7 +8,8 @@
   answerability head the binary cross-entropy of "the answer lies in this window" (XLNet's SQuAD 2.0
   head). Sum over examples (windows), count = examples;
 - with ``aux_lm_weight`` λ > 0, also L1, GPT-1's auxiliary language-model loss on the task's own inputs
-  (:func:`task_lm_loss`), from the same last-layer states through the backbone's own (tied) LM head,
+  (:meth:`~genfeat.models.heads.FineTuneModel.next_token_log_probs`, which says which tokens it predicts), from
+  the same last-layer states through the backbone's own LM head, computed in the same forward pass,
   and returns L3 = L2 + λ·L1 (Eq. 5): both losses read the same states (one set of dropout masks) and
   share one backward pass.
 
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from ..framework.objective import LossOutput, Objective
 from ..models.heads import HeadKind, TaskOutput
@@ -36,44 +37,13 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     return {k: batch[k] for k in MODEL_INPUTS if k in batch}
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The FineTuneModel inside a DistributedDataParallel wrapper (for its adapter and backbone)."""
-    return getattr(model, "module", model)
-
-
-def task_lm_loss(model: nn.Module, hidden: Tensor, batch: Mapping[str, Any]) -> LossOutput:
-    """L1 on the task inputs: −Σ log P(u_{j+1} | u_{≤j}) (GPT-1 Eq. 1, 5) through the backbone's LM head.
-
-    Which tokens it predicts: in every one of the b·k sequences of the batch (both orders of a
-    similarity pair, all k choices of a multiple-choice example, each with its own copy of the shared
-    text), every real token after the sequence's first, from the state just before it; so ``<start>`` is
-    never a target, the delimiter and extract tokens (and Transformer-XL's ``<eos>``) are, like any real
-    token, and padding is neither read nor predicted. Only the final segment counts: tokens read as memory
-    (``memory_ids``) are not predicted, nor is the final segment's first token from the memory.
-
-    Args:
-        model: the FineTuneModel (or its DDP wrapper): its adapter's ``lm_log_probs`` on its backbone
-            (causal backbones only; the others raise a ConfigError naming ``aux_lm_weight``).
-        hidden: the model output's last-layer states of the final segment.
-        batch: the task batch the states were computed from (``input_ids``, ``attention_mask``).
-    Shapes: batch ``input_ids``/``attention_mask`` [b, k, t]; hidden [b·k, t, d].
-    Returns: LossOutput(sum over the predicted tokens, their number).
-    """
-    inner = _unwrap(model)
-    ids = batch["input_ids"].reshape(hidden.shape[0], -1)                              # [n, t]
-    real = batch["attention_mask"].reshape(ids.shape).bool()
-    keep = real[:, 1:] & real[:, :-1]          # state j predicts token j+1, both real tokens
-    log_probs = inner.adapter.lm_log_probs(inner.backbone, hidden[:, :-1][keep], ids[:, 1:][keep])
-    return LossOutput(-log_probs.sum(), int(keep.sum()))
-
-
 class TaskObjective(Objective):
     """L2 of the head ``kind``, or L3 = L2 + λ·L1 with ``aux_lm_weight`` λ > 0, from one forward pass
     (module docstring).
 
     Args:
         kind: the head's kind (classification, regression, multiple_choice, span).
-        aux_lm_weight: λ of the auxiliary LM loss L1 (:func:`task_lm_loss`); default 0.0: L2 alone, and
+        aux_lm_weight: λ of the auxiliary LM loss L1 (the model's ``lm_log_probs``); default 0.0: L2 alone, and
             the LM head is not computed.
     Shapes:
         batch ``labels`` [b] (long; float for regression); span: ``start_positions``,
@@ -98,11 +68,11 @@ class TaskObjective(Objective):
         self._classify = ClassificationObjective() if kind in ("classification", "multiple_choice") else None
 
     def __call__(self, model: nn.Module, batch: Mapping[str, Any]) -> LossOutput:
-        out = model(**model_inputs(batch))
+        out = model(**model_inputs(batch), **({"lm": True} if self.aux_lm_weight else {}))
         task = self._task_loss(out, batch)
         if not self.aux_lm_weight:
             return task
-        lm = task_lm_loss(model, out.hidden, batch)
+        lm = LossOutput(-out.lm_log_probs.sum(), out.lm_log_probs.numel())
         scale = self.aux_lm_weight * float(task.count) / max(float(lm.count), 1.0)
         return LossOutput(task.loss_sum + scale * lm.loss_sum, task.count, parts={"task": task, "lm": lm})
 
