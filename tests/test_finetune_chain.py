@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from genfeat import cli
-from genfeat.errors import ConfigError
+from genfeat.errors import CheckpointError, ConfigError
 from genfeat.runner import run_recipe
 
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
@@ -122,6 +122,9 @@ def test_resume_continues_an_interrupted_pretraining_and_skips_a_finished_one(ch
     again = run_recipe(CHAIN, same, [0], out_dir=tmp_path, progress=False, resume=True)
     assert ((pre / "final" / "model.safetensors").stat().st_mtime_ns, (pre / "metrics.jsonl").read_text()) == stamp
     assert again["pretrain_valid_loss"] == whole["pretrain_valid_loss"] and again["dev_f1"] == whole["dev_f1"]
+    # another pretraining (here: more steps) is not taken for the finished one
+    with pytest.raises(CheckpointError, match=r"holds a pretraining whose steps differ"):
+        run_recipe(CHAIN, {**same, "pretrain.overrides.steps": 99}, [0], out_dir=tmp_path, progress=False, resume=True)
 
 
 @pytest.mark.parametrize("overrides, cause", [

@@ -532,7 +532,9 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     """Run ``cfg.pretrain`` with ``seed`` into OUT/pretrain (module docstring, "Two phases").
 
     With ``resume``, a stage that finished (OUT/pretrain/final and its results.json exist) is not run again
-    (its figures are read back); one that did not continues from OUT/pretrain/last.
+    (its figures are read back); one that did not continues from OUT/pretrain/last. Either way only when
+    OUT/pretrain/stage.json (the stage's method and recipe, its train section aside, written when it starts)
+    matches what ``cfg.pretrain`` asks for now.
 
     Returns:
         ``cfg`` with ``init`` = OUT/pretrain/final and no ``pretrain``, and the pretraining figures as
@@ -540,6 +542,7 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     Raises:
         ConfigError: no output directory, a recipe file that does not exist, one that is not of a
             pretraining method, or a field of it (or of ``pretrain.overrides``) its config refuses.
+        CheckpointError: a resume of OUT/pretrain with another pretraining recipe or overrides.
     """
     stage = cfg.pretrain
     if out_dir is None:
@@ -555,9 +558,21 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
         raise ConfigError(f"pretrain stage: {e.cause}", e.fix) from None
     where = Path(out_dir) / "pretrain"
     done = where / "results.json"
+    # what this stage trains (its recipe but the loop settings of its train section, which a resume may change),
+    # kept beside its output: a resume continues, or reuses, only the same pretraining
+    stage_file = where / "stage.json"
+    wanted = json.loads(json.dumps({"method": method.name,
+                                    **{k: v for k, v in to_dict(pre_cfg).items() if k != "train"}}))
+    saved = json.loads(stage_file.read_text()) if resume and stage_file.is_file() else wanted
+    changed = sorted(k for k in saved.keys() | wanted.keys() if saved.get(k) != wanted.get(k))
+    if changed:
+        raise CheckpointError(f"'{where}' holds a pretraining whose {', '.join(changed)} differ from what "
+                              f"pretrain: {stage.recipe} asks for now",
+                              "resume with the pretrain section the run started with, or start a new --out")
     if resume and done.is_file() and (where / "final").is_dir():
         figures = json.loads(done.read_text())
     else:
+        write_json_atomic(stage_file, wanted)
         figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.barrier()                 # rank 0 wrote OUT/pretrain/final, which every rank reads next
