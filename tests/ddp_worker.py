@@ -18,6 +18,7 @@ on the same batch, and writes OUT/rank{r}.pt with the gradients.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def aux_lm(out: Path, args: list[str]) -> int:
     model = make(args[0]).train()
     batch = _task_batch(model, "classification")
     rank = 0
-    if "RANK" in __import__("os").environ:
+    if "RANK" in os.environ:
         dist.init_process_group("gloo")
         rank = dist.get_rank()
         model = DistributedDataParallel(model, find_unused_parameters=True)
