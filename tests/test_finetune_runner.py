@@ -38,9 +38,10 @@ def debug_run(tmp_path_factory):
 @needs_glue
 def test_debug_recipe_reaches_dev_accuracy_and_evaluate_reproduces_it(debug_run, capsys, tmp_path):
     out, result = debug_run
-    # it learns: the majority class scores 0.540 on these 200 sentences, seeds 0-2 reached 0.575 / 0.575 / 0.600
-    assert result["dev_examples"] == 200 and result["steps"] == 150 and result["dev_accuracy"] > 0.555
-    assert "dev_accuracy_mean" in result and result["train_examples"] == 512
+    # it learns: the majority class scores 0.540 on these 200 sentences, seeds 0-2 reached 0.685 / 0.640 / 0.655
+    # (the WordPiece trainer is deterministic, so seed 0 is one number up to float summation order)
+    assert result["dev_examples"] == 200 and result["steps"] == 300 and result["dev_accuracy"] > 0.6
+    assert "dev_accuracy_mean" in result and result["train_examples"] == 2048
     code, stdout, _ = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--max-examples", "200",
                              "--json"], capsys)
     figures = json.loads(stdout.splitlines()[-1])

@@ -162,3 +162,66 @@ def test_word_start_refuses_gpt_bpe(tmp_path):
     vocab = train_tokenizer(TokenizerConfig("bpe", 120), corpus(tmp_path), tmp_path / "tok")
     with pytest.raises(ConfigError, match="whole-word masking"):
         word_start(vocab)
+
+
+def _naive_merges(words: dict, vocab: set, vocab_size: int, join) -> list:
+    """The textbook loop: recount every pair at every step, merge the most frequent (ties: smallest pair)."""
+    seqs, merges = {tuple(w): n for w, n in words.items()}, []
+    while len(vocab) < vocab_size:
+        counts = {}
+        for seq, n in seqs.items():
+            for pair in zip(seq, seq[1:]):
+                counts[pair] = counts.get(pair, 0) + n
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        merged = {}
+        for seq, n in seqs.items():
+            out, i = [], 0
+            while i < len(seq):
+                if seq[i:i + 2] == best:
+                    out.append(join(*best))
+                    i += 2
+                else:
+                    out.append(seq[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + n
+        seqs = merged
+        merges.append(best)
+        vocab.add(join(*best))
+    return merges
+
+
+def test_learn_merges_equals_the_textbook_loop_on_wikitext_words():
+    from collections import Counter
+
+    from genfeat.data.tokenizers import learn_merges
+
+    with open(WIKI / "wiki.valid.tokens", encoding="utf-8") as f:
+        counts = Counter(w for line in list(f)[:400] for w in line.split())
+    words = {(*w[:-1], w[-1] + "</w>"): n for w, n in counts.items()}
+    alphabet = {s for w in words for s in w} | {c for w in counts for c in w}
+    size = len(alphabet) + 300
+    fast, slow = set(alphabet), set(alphabet)
+    assert learn_merges(words, fast, size, str.__add__) == _naive_merges(words, slow, size, str.__add__)
+    assert fast == slow and len(fast) == size
+    # "aaaa": a pair of one symbol twice merges left to right, and the count of ('aa', 'aa') is found
+    assert learn_merges({("a", "a", "a", "a"): 3}, {"a"}, 3, str.__add__) == [("a", "a"), ("aa", "aa")]
+    # a tie goes to the smaller pair; the vocabulary stops the loop
+    assert learn_merges({("c", "d"): 2, ("a", "b"): 2}, {"a", "b", "c", "d"}, 5, str.__add__) == [("a", "b")]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_training_is_a_function_of_the_corpus_across_processes(tmp_path, kind):
+    # tokenizers' own trainers broke count ties in a per-process hash order: two runs kept different pieces
+    import subprocess
+    import sys
+
+    lines = [" ".join(f"w{i}{chr(97 + j)}" for j in range(i % 7 + 1)) for i in range(300)]  # many equal counts
+    files = []
+    for run in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "genfeat.cli", "tokenizer", "train", "--kind", kind, "--corpus",
+                        str(corpus(tmp_path, TEXT + lines)), "--vocab-size", "250", "--out", str(tmp_path / run)],
+                       check=True, capture_output=True)
+        files.append((tmp_path / run / "tokenizer.json").read_bytes())
+    assert files[0] == files[1]

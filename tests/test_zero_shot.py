@@ -35,7 +35,7 @@ def vocab(tmp_path_factory):
 
 
 def gpt(n_token, **kw):
-    torch.manual_seed(1)  # a large init spreads the logits: with this seed the predictions differ between sentences
+    torch.manual_seed(3)  # a large init spreads the logits: with this seed the predictions differ between sentences
     return GPTLMHeadModel(GPTConfig(**{"n_token": n_token, "d_model": 16, "n_layer": 2, "n_head": 2, "d_inner": 32,
                                        "max_position": 96, "init_std": 0.5, **kw})).eval()
 

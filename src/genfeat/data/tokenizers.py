@@ -22,11 +22,11 @@ with checkpoints as vocab.json. :func:`special_ids` and :func:`word_start` give 
 pretraining objectives need of it. Texts are encoded without special tokens; the data pipeline
 adds them.
 
-Reproducibility: sentencepiece training is deterministic. ``tokenizers``' WordPiece trainer breaks
-ties between equally frequent candidates in a per-process hash order, so on a small corpus two runs
-can keep a few different pieces at the size limit; ids are assigned from the sorted pieces, so the
-same pieces always get the same ids. The BPE trainer also orders merges of equal count in hash
-order (a few of them, rarely changing how a word splits); ids are again those of the sorted pieces. Keep the written folder and pass it on to reuse a tokenizer.
+Reproducibility: every kind is a function of the corpus and the size alone. sentencepiece training is
+deterministic; WordPiece and BPE vocabularies are learnt by genfeat's own merge loop (:func:`learn_merges`),
+whose ties between equally frequent pairs go to the smaller pair in string order. (``tokenizers``' trainers
+break such ties in a per-process hash order, so two runs on one corpus kept different pieces; genfeat uses
+``tokenizers`` to normalise, pre-tokenise and encode only.) Ids: the special tokens, then the sorted pieces.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from collections import Counter, defaultdict
+from heapq import heapify, heappop, heappush
+from typing import Callable, Iterator, Literal
 
 import torch
 
@@ -132,25 +134,100 @@ def _wordpiece_pipeline(tok, lowercase: bool):
     return tok
 
 
-def _train_wordpiece(lines: list[str], cfg: TokenizerConfig) -> BPEVocab:
-    from tokenizers import Tokenizer, models, trainers
+def _word_counts(lines: list[str], tok) -> Counter:
+    """How often each pre-tokenised word of ``lines`` occurs, after ``tok``'s normaliser and pre-tokeniser."""
+    normalize, split = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
+    counts: Counter = Counter()
+    for line in lines:
+        counts.update(word for word, _ in split(normalize(line)))
+    return counts
 
-    sp = SPECIALS["wordpiece"]
-    tok = _wordpiece_pipeline(Tokenizer(models.WordPiece(unk_token=sp["unk"])), cfg.lowercase)
-    tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=cfg.vocab_size,
-                                                             special_tokens=list(sp.values()), show_progress=False))
-    size = tok.get_vocab_size()
-    if size < cfg.vocab_size:
-        raise DataError(f"the corpus yields only {size} WordPiece types, fewer than --vocab-size {cfg.vocab_size}",
-                        f"pass --vocab-size {size} or less, or a larger corpus")
+
+def learn_merges(words: dict[tuple[str, ...], int], vocab: set[str], vocab_size: int,
+                 join: Callable[[str, str], str]) -> list[tuple[str, str]]:
+    """Byte-pair-encoding merges (Sennrich et al. 2016, Algorithm 1) until ``vocab`` holds ``vocab_size`` types.
+
+    ``words`` maps each word, as its initial symbols, to its count. Each step merges the most frequent
+    adjacent pair (a, b) into ``join(a, b)`` in every word and adds it to ``vocab`` (in place); a tie goes
+    to the smallest pair in string order, so the merges are a function of the input alone. Stops early
+    when no pair is left. Returns the merges in order. Pair counts are updated in the words that hold
+    the merged pair only, and a heap with stale entries skipped on pop gives the next pair.
+    """
+    seqs = [list(w) for w in words]
+    freq = list(words.values())
+    count: defaultdict = defaultdict(int)
+    holders: defaultdict = defaultdict(set)  # pair -> words that held it once (a superset)
+    for i, seq in enumerate(seqs):
+        for pair in zip(seq, seq[1:]):
+            count[pair] += freq[i]
+            holders[pair].add(i)
+    heap = [(-c, pair) for pair, c in count.items()]
+    heapify(heap)
+    merges = []
+    while len(vocab) < vocab_size and heap:
+        neg, pair = heappop(heap)
+        if count.get(pair) != -neg:
+            continue  # stale: the count changed after this entry was pushed
+        a, b = pair
+        new = join(a, b)
+        merges.append(pair)
+        vocab.add(new)
+        changed = set()
+        for i in holders.pop(pair):
+            seq, f = seqs[i], freq[i]
+            merged, j = [], 0
+            while j < len(seq):
+                if j + 1 < len(seq) and seq[j] == a and seq[j + 1] == b:
+                    merged.append(new)
+                    j += 2
+                else:
+                    merged.append(seq[j])
+                    j += 1
+            if len(merged) == len(seq):
+                continue
+            for old in zip(seq, seq[1:]):
+                count[old] -= f
+                changed.add(old)
+            for fresh in zip(merged, merged[1:]):
+                count[fresh] += f
+                holders[fresh].add(i)
+                changed.add(fresh)
+            seqs[i] = merged
+        del count[pair]
+        changed.discard(pair)
+        for c in changed:
+            if count[c] > 0:
+                heappush(heap, (-count[c], c))
+            else:
+                del count[c]
+    return merges
+
+
+def _check_alphabet(size: int, cfg: TokenizerConfig, what: str, alphabet: str) -> None:
     if size > cfg.vocab_size:
-        raise DataError(f"the corpus's characters and the special tokens alone make {size} WordPiece types, more "
-                        f"than --vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or more")
-    # The trainer numbers pieces of tied counts differently from run to run; the special tokens, then
-    # the rest sorted, make the ids a function of the set of pieces (WordPiece matches by text).
-    specials = list(sp.values())
-    tokens = specials + sorted(set(tok.get_vocab()) - set(specials))
-    return BPEVocab(_wordpiece_from_tokens(tokens, cfg.lowercase))
+        raise DataError(f"{alphabet} alone make {size} {what} types, more than --vocab-size {cfg.vocab_size}",
+                        f"pass --vocab-size {size} or more")
+
+
+def _check_filled(size: int, cfg: TokenizerConfig, what: str) -> None:
+    if size < cfg.vocab_size:
+        raise DataError(f"the corpus yields only {size} {what} types, fewer than --vocab-size {cfg.vocab_size}",
+                        f"pass --vocab-size {size} or less, or a larger corpus")
+
+
+def _train_wordpiece(lines: list[str], cfg: TokenizerConfig) -> BPEVocab:
+    """BERT's WordPiece vocabulary, learnt as byte-pair merges: a word starts as its first character and
+    ``##``-marked characters after it, and a merged piece drops its right part's ``##``."""
+    from tokenizers import Tokenizer, models
+
+    specials = list(SPECIALS["wordpiece"].values())
+    counts = _word_counts(lines, _wordpiece_pipeline(Tokenizer(models.WordPiece()), cfg.lowercase))
+    words = {(w[0], *(f"##{c}" for c in w[1:])): n for w, n in counts.items()}
+    vocab = set(specials) | {c for w in counts for c in w} | {s for w in words for s in w}
+    _check_alphabet(len(vocab), cfg, "WordPiece", "the corpus's characters and the special tokens")
+    learn_merges(words, vocab, cfg.vocab_size, lambda a, b: a + b.removeprefix("##"))
+    _check_filled(len(vocab), cfg, "WordPiece")
+    return BPEVocab(_wordpiece_from_tokens(specials + sorted(vocab - set(specials)), cfg.lowercase))
 
 
 def _wordpiece_from_tokens(tokens: list[str], lowercase: bool):
@@ -177,24 +254,18 @@ def _bpe_pipeline(tok, lowercase: bool):
 
 
 def _train_bpe(lines: list[str], cfg: TokenizerConfig) -> BPEVocab:
-    from tokenizers import Tokenizer, models, trainers
+    """GPT-1's BPE: a word starts as its characters with ``</w>`` on the last; merges concatenate."""
+    from tokenizers import Tokenizer, models
 
     unk = SPECIALS["bpe"]["unk"]
-    tok = _bpe_pipeline(Tokenizer(models.BPE(unk_token=unk, end_of_word_suffix=BPE_SUFFIX)), cfg.lowercase)
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=cfg.vocab_size, special_tokens=[unk],
-                                                       end_of_word_suffix=BPE_SUFFIX, show_progress=False))
-    size = tok.get_vocab_size()
-    if size < cfg.vocab_size:
-        raise DataError(f"the corpus yields only {size} BPE types (every word is one piece), fewer than "
-                        f"--vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or less, or a larger corpus")
-    if size > cfg.vocab_size:
-        raise DataError(f"the corpus's characters (each alone and word-final) make {size} BPE types, more than "
-                        f"--vocab-size {cfg.vocab_size}", f"pass --vocab-size {size} or more")
+    counts = _word_counts(lines, _bpe_pipeline(Tokenizer(models.BPE()), cfg.lowercase))
+    words = {(*w[:-1], w[-1] + BPE_SUFFIX): n for w, n in counts.items()}
+    vocab = {unk} | {c for w in counts for c in w} | {s for w in words for s in w}
+    _check_alphabet(len(vocab), cfg, "BPE", "the corpus's characters (each alone and word-final)")
+    merges = learn_merges(words, vocab, cfg.vocab_size, str.__add__)
+    _check_filled(len(vocab), cfg, "BPE")
     # <unk>, then the sorted pieces: the ids are a function of the set of pieces (module doc)
-    tokens = [unk] + sorted(set(tok.get_vocab()) - {unk})
-    # tokenizers before 0.20 serialise a merge as "a b", later releases as ["a", "b"]
-    merges = [tuple(m.split(" ") if isinstance(m, str) else m) for m in json.loads(tok.to_str())["model"]["merges"]]
-    return BPEVocab(_bpe_from_tokens(tokens, merges, cfg.lowercase))
+    return BPEVocab(_bpe_from_tokens([unk] + sorted(vocab - {unk}), merges, cfg.lowercase))
 
 
 def _bpe_from_tokens(tokens: list[str], merges: list[tuple[str, str]], lowercase: bool):
