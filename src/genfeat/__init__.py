@@ -1,8 +1,8 @@
 """genfeat: generative feature learning on current PyTorch.
 
 Methods are organised as backbone + generative loss + target loss + schedule (see DESIGN.md).
-Implemented: Transformer-XL and Planetoid (with the Table 3.6 baselines); XLNet, GPT, BERT, ELMo,
-word2vec, the complement GAN and GDAN are planned on the same spine.
+Implemented on the one spine: Transformer-XL, XLNet, BERT, GPT-1 (pretraining and task-aware fine-tuning),
+ELMo, word2vec, the complement ("bad") GAN, GDAN and Planetoid (with the Table 3.6 baselines).
 """
 
 __version__ = "0.1.0"

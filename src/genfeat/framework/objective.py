@@ -37,7 +37,8 @@ class LossOutput:
 
     @property
     def mean(self) -> Tensor:
-        """Mean loss per item (the quantity gradients are taken of)."""
+        """Mean loss per item of this output alone, ``loss_sum / count``. The Trainer steps on the mean over a
+        whole step instead: the summed loss of all its micro-batches and ranks over their total count."""
         return self.loss_sum / max(float(self.count), 1.0)
 
 

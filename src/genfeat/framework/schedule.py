@@ -110,5 +110,9 @@ def alternating(stages: list[tuple[Term, int, OptimSpec]], steps: int, name: str
 
 
 def two_phase(pretrain: list[Phase], finetune: list[Phase]) -> list[Phase]:
-    """Pretrain, then fine-tune with fresh optimizers (XLNet, BERT, GPT)."""
+    """Pretrain, then fine-tune with fresh optimizers: one model, one Trainer, the phases in turn.
+
+    The library's own XLNet, BERT and GPT fine-tuning chains two runs instead (methods/finetune: the
+    phases differ in model, data, tokenizer and evaluation, and the pretraining's checkpoint serves many
+    tasks); this schedule is for a method whose two phases train the same model in one run."""
     return [*pretrain, *finetune]
