@@ -184,16 +184,17 @@ def build(cfg: PlanetoidRecipe, seed: int):
         the alternating phase, whose validation accuracy selects the model.
     """
     from ..data.graph import load_planetoid
-    from ..models.planetoid import PlanetoidModel
+    from ..models.planetoid import PlanetoidConfig, PlanetoidModel, node_features
     from ..objectives.classification import ClassificationObjective
     from ..objectives.graph_context import ContextSampler, GraphContextObjective, window_pairs
 
     g = load_planetoid(cfg.dataset)
-    x = torch.tensor(g.features.toarray())
-    if cfg.row_normalise:
-        x = x / x.sum(1, keepdim=True).clamp_min(1.0)
+    x = node_features(g, cfg.row_normalise)
+    config = PlanetoidConfig(dataset=cfg.dataset, mode=cfg.mode, embedding_size=cfg.embedding_size,
+                             num_nodes=g.num_nodes, num_features=x.shape[1], num_classes=g.num_classes,
+                             dropout=cfg.dropout, row_normalise=cfg.row_normalise)
     torch.manual_seed(seed)
-    model = PlanetoidModel(x, g.num_classes, cfg.mode, cfg.embedding_size, cfg.dropout)
+    model = PlanetoidModel(config, x)
     labels = torch.tensor(g.labels)
     train = torch.tensor(g.train_idx)
     edges, exclude = (g.listed_edges if cfg.walk_neighbours == "listed" else g.edges), None
