@@ -229,6 +229,27 @@ def test_resume_continues_exactly(monkeypatch, tmp_path, uninterrupted, cuts):
 
 
 @needs_cora
+def test_resume_from_the_old_checkpoint_layout(monkeypatch, tmp_path, uninterrupted):
+    # config.json as the runner wrote it by hand before planetoid was a hub architecture: a run cut inside the
+    # alternating phase, its OUT/init/last and OUT/last rewritten so, resumes to the same result
+    from genfeat.config import to_dict
+    from genfeat.methods.planetoid import PlanetoidRecipe, run
+
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    torch.set_num_threads(1)
+    cfg = PlanetoidRecipe(**RESUME_CFG, label_optim=OptimConfig(name="sgd", lr=1.0))
+    out = tmp_path / "out"
+    run(replace(cfg, stop_after_steps=93), seed=0, out_dir=out, progress=False)
+    old = {"architecture": "planetoid",
+           "model": {"dataset": "cora", "mode": "t", "embedding_size": 50, "num_nodes": 2708, "num_features": 1433,
+                     "num_classes": 7},
+           "recipe": to_dict(replace(cfg, stop_after_steps=93))}
+    for ckpt in (out / "init" / "last", out / "last"):
+        (ckpt / "config.json").write_text(json.dumps(old))
+    assert run(cfg, seed=0, out_dir=out, progress=False, resume=True) == uninterrupted[1]
+
+
+@needs_cora
 def test_resume_without_a_checkpoint_names_it(monkeypatch, tmp_path):
     from genfeat.errors import CheckpointError
     from genfeat.methods.planetoid import PlanetoidRecipe, run

@@ -37,6 +37,12 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "ga_reader": ("genfeat.models.ga_reader", "GAReaderConfig", "GAReader"),
     # GDAN's D initialised from a pretrained bert / xlnet encoder with a span head (method: gdan, d_init)
     "span_reader": ("genfeat.models.span_reader", "SpanReaderConfig", "SpanReader"),
+    # the complement GAN's D, G and encoder (method: complement_gan; OUT/last)
+    "complement_gan": ("genfeat.models.complement_gan", "ComplementGANConfig", "ComplementGAN"),
+    # the PixelCNN++ density model of the complement GAN's LD term (method: pixelcnn; OUT/final)
+    "pixelcnn": ("genfeat.models.pixelcnn", "PixelCNNConfig", "PixelCNN"),
+    # Planetoid's classifier and context model, reading its dataset's node features (method: planetoid; OUT/last)
+    "planetoid": ("genfeat.models.planetoid", "PlanetoidConfig", "PlanetoidModel"),
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {

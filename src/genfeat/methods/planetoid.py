@@ -26,6 +26,7 @@ from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
 from ..framework.trainer import TrainConfig, Trainer
+from ..hub import checkpoint_config
 from ..io import backup_path, write_json_atomic
 from ..runner import register_method
 
@@ -237,16 +238,6 @@ def build(cfg: PlanetoidRecipe, seed: int):
     return g, model, labels, init, Phase("train", cfg.steps, stages, optimizers)
 
 
-def _checkpoint_config(cfg: PlanetoidRecipe, model) -> dict:
-    """config.json of a Planetoid checkpoint: the fields that fix the parameters' shapes, and the recipe."""
-    n, f = model.features.shape
-    classes = model.out_e.out_features
-    return {"architecture": "planetoid",
-            "model": {"dataset": cfg.dataset, "mode": cfg.mode, "embedding_size": cfg.embedding_size,
-                      "num_nodes": n, "num_features": f, "num_classes": classes},
-            "recipe": to_dict(cfg)}
-
-
 def _resume_points(out_dir: Path, has_init: bool) -> tuple[Path | None, Path | None]:
     """(initialisation checkpoint, alternating-phase checkpoint) a resumed run continues from: OUT/last
     once the alternating phase has written one, else OUT/init/last.
@@ -280,7 +271,7 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
         for stale in (out / "last", backup_path(out / "last")):
             if stale.is_dir():
                 shutil.rmtree(stale)
-    ckpt_cfg = _checkpoint_config(cfg, model)
+    ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
     budget = cfg.stop_after_steps
     init_steps = 0
     # the initialisation trains embeddings only: a validation-selected checkpoint of it would pick a
