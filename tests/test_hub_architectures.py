@@ -113,6 +113,20 @@ def test_export_and_evaluate_of_the_new_architectures(tmp_path, capsys):
     assert rc == 2 and err.strip().splitlines() == [
         f"error: checkpoint '{tmp_path / 'pix'}' holds a pixelcnn model, not transformer_xl. fix: pass a "
         "transformer_xl checkpoint"]
+    rc, err = _cli(capsys, "evaluate", "--checkpoint", tmp_path / "gan", "--task", "sst2")
+    assert rc == 2 and err.strip().splitlines() == [
+        f"error: checkpoint '{tmp_path / 'gan'}' holds a complement_gan model without a task head. fix: a "
+        "complement_gan model cannot be fine-tuned: its figures are those of the run that trained it (OUT/results.json)"]
+
+
+def test_a_gdan_training_checkpoint_names_the_models_to_load(tmp_path, capsys):
+    # OUT/last of a gdan run holds D and G in one state dict, with D's config only: it is no hub architecture
+    (tmp_path / "last").mkdir()
+    (tmp_path / "last" / "config.json").write_text(json.dumps({"architecture": "gdan", "reader": {}, "recipe": {}}))
+    rc, err = _cli(capsys, "export", "--checkpoint", tmp_path / "last", "--out", tmp_path / "out", "--format", "genfeat")
+    assert rc == 2 and err.strip().splitlines() == [
+        "error: a gdan checkpoint holds several models trained together, not one model. fix: load the models a gdan "
+        "run saves one by one: OUT/final/d (D) or OUT/final/g (G)"]
 
 
 @needs_cora
