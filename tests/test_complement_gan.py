@@ -31,7 +31,7 @@ class _Stub(nn.Module):
         torch.manual_seed(0)
         self.d = nn.Linear(4, 3)
         self.g = nn.Linear(2, 4)
-        self.cfg = _Cfg()
+        self.config = _Cfg()
 
     def forward(self, x):
         x = x.flatten(1)

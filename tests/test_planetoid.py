@@ -15,7 +15,7 @@ import torch
 from genfeat.config import from_dict
 from genfeat.errors import ConfigError
 from genfeat.framework.optim import OptimConfig
-from genfeat.models.planetoid import PlanetoidModel
+from genfeat.models.planetoid import PlanetoidConfig, PlanetoidModel
 from genfeat.objectives.classification import ClassificationObjective
 
 DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
@@ -25,6 +25,12 @@ DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
 class _Out:
     logits: torch.Tensor
     aux_logits: tuple = ()
+
+
+def _model(x: torch.Tensor, num_classes: int, mode: str) -> PlanetoidModel:
+    n, f = x.shape
+    return PlanetoidModel(PlanetoidConfig(dataset="", mode=mode, embedding_size=5, num_nodes=n,
+                                          num_features=f, num_classes=num_classes), x)
 
 
 class _Fixed(torch.nn.Module):
@@ -61,19 +67,19 @@ def test_classification_objective_adds_weighted_branch_losses():
 
 def test_final_layer_reads_branch_probabilities():
     torch.manual_seed(0)
-    m = PlanetoidModel(torch.rand(6, 4), 3, "t", embedding_size=5)
+    m = _model(torch.rand(6, 4), 3, "t")
     nodes = torch.tensor([1, 4])
     out = m(nodes)
     lx, le = out.aux_logits
     assert torch.allclose(lx, m.out_x(m.features[nodes])) and torch.allclose(le, m.out_e(m.embedding(nodes)))
     assert torch.allclose(out.logits, m.out(torch.cat([lx.softmax(-1), le.softmax(-1)], -1)))
-    assert m(nodes).aux_logits and PlanetoidModel(torch.rand(6, 4), 3, "g", 5)(nodes).aux_logits == ()
+    assert m(nodes).aux_logits and _model(torch.rand(6, 4), 3, "g")(nodes).aux_logits == ()
 
 
 def test_context_logits_agree_with_scores():
     torch.manual_seed(0)
     for mode in "tig":
-        m = PlanetoidModel(torch.rand(6, 4), 3, mode, embedding_size=5)
+        m = _model(torch.rand(6, 4), 3, mode)
         i, c = torch.tensor([0, 3, 5]), torch.tensor([2, 2, 1])
         full = m.context_logits(i)
         assert full.shape == (3, 6)
@@ -85,7 +91,7 @@ def test_context_parameters_are_what_the_context_loss_trains(mode):
     from genfeat.objectives.graph_context import GraphContextObjective
 
     torch.manual_seed(0)
-    m = PlanetoidModel(torch.rand(6, 4), 3, mode, embedding_size=5)
+    m = _model(torch.rand(6, 4), 3, mode)
     batch = {"i": torch.tensor([0, 1, 2, 5]), "c": torch.tensor([1, 2, 3, 4]), "gamma": torch.ones(4)}
     GraphContextObjective("softmax")(m, batch).loss_sum.backward()
     reached = {id(p) for p in m.parameters() if p.grad is not None}
@@ -94,7 +100,7 @@ def test_context_parameters_are_what_the_context_loss_trains(mode):
 
 def test_context_only_model_has_no_classifier():
     # GraphEmb's skip-gram stage: num_classes 0 builds the embeddings and the context layer alone
-    m = PlanetoidModel(torch.rand(6, 0), 0, "g", embedding_size=5)
+    m = _model(torch.rand(6, 0), 0, "g")
     assert {id(p) for p in m.parameters()} == {id(p) for p in m.context_parameters()}
     assert m.context_logits(torch.tensor([0, 3])).shape == (2, 6)
 
@@ -114,7 +120,7 @@ def test_recipe_rejects_bad_values(field, value):
 def test_variants_shapes_and_feature_use(mode):
     torch.manual_seed(0)
     x = torch.rand(6, 4)
-    m = PlanetoidModel(x, 3, mode, embedding_size=5)
+    m = _model(x, 3, mode)
     out = m(torch.tensor([0, 2]))
     assert out.logits.shape == (2, 3) and out.embedding.shape == (2, 5)
     assert m.context_score(torch.tensor([0, 1]), torch.tensor([2, 3])).shape == (2,)
@@ -220,6 +226,27 @@ def test_resume_continues_exactly(monkeypatch, tmp_path, uninterrupted, cuts):
     best = max(r["val_accuracy"] for r in _eval_records(out / "metrics.jsonl"))
     assert res["val_accuracy"] == best and best > _eval_records(out / "metrics.jsonl")[-1]["val_accuracy"]
     assert (out / "init" / "metrics.jsonl").is_file() and (out / "init" / "last" / "model.safetensors").is_file()
+
+
+@needs_cora
+def test_resume_from_the_old_checkpoint_layout(monkeypatch, tmp_path, uninterrupted):
+    # config.json as the runner wrote it by hand before planetoid was a hub architecture: a run cut inside the
+    # alternating phase, its OUT/init/last and OUT/last rewritten so, resumes to the same result
+    from genfeat.config import to_dict
+    from genfeat.methods.planetoid import PlanetoidRecipe, run
+
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA.resolve()))
+    torch.set_num_threads(1)
+    cfg = PlanetoidRecipe(**RESUME_CFG, label_optim=OptimConfig(name="sgd", lr=1.0))
+    out = tmp_path / "out"
+    run(replace(cfg, stop_after_steps=93), seed=0, out_dir=out, progress=False)
+    old = {"architecture": "planetoid",
+           "model": {"dataset": "cora", "mode": "t", "embedding_size": 50, "num_nodes": 2708, "num_features": 1433,
+                     "num_classes": 7},
+           "recipe": to_dict(replace(cfg, stop_after_steps=93))}
+    for ckpt in (out / "init" / "last", out / "last"):
+        (ckpt / "config.json").write_text(json.dumps(old))
+    assert run(cfg, seed=0, out_dir=out, progress=False, resume=True) == uninterrupted[1]
 
 
 @needs_cora

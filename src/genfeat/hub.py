@@ -37,6 +37,17 @@ ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "ga_reader": ("genfeat.models.ga_reader", "GAReaderConfig", "GAReader"),
     # GDAN's D initialised from a pretrained bert / xlnet encoder with a span head (method: gdan, d_init)
     "span_reader": ("genfeat.models.span_reader", "SpanReaderConfig", "SpanReader"),
+    # the complement GAN's D, G and encoder (method: complement_gan; OUT/last)
+    "complement_gan": ("genfeat.models.complement_gan", "ComplementGANConfig", "ComplementGAN"),
+    # the PixelCNN++ density model of the complement GAN's LD term (method: pixelcnn; OUT/final)
+    "pixelcnn": ("genfeat.models.pixelcnn", "PixelCNNConfig", "PixelCNN"),
+    # Planetoid's classifier and context model, reading its dataset's node features (method: planetoid; OUT/last)
+    "planetoid": ("genfeat.models.planetoid", "PlanetoidConfig", "PlanetoidModel"),
+}
+# training checkpoints holding several models at once, which only their method reads (it resumes from them)
+# -> where the run saves its models one by one
+COMPOSITE_CHECKPOINTS: dict[str, str] = {
+    "gdan": "load the models a gdan run saves one by one: OUT/final/d (D) or OUT/final/g (G)",
 }
 # Hugging Face model_type -> (interop module, loader function)
 HF_LOADERS: dict[str, tuple[str, str]] = {
@@ -102,6 +113,9 @@ def checkpoint_config(model: nn.Module, **extra: Any) -> dict[str, Any]:
 
 
 def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
+    if architecture in COMPOSITE_CHECKPOINTS:
+        raise CheckpointError(f"a {architecture} checkpoint holds several models trained together, not one model",
+                              COMPOSITE_CHECKPOINTS[architecture])
     if architecture not in ARCHITECTURES:
         raise CheckpointError(f"unknown architecture '{architecture}'",
                               f"genfeat knows {sorted(ARCHITECTURES)}; was the checkpoint written by a newer genfeat?")

@@ -23,12 +23,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config, from_dict, to_dict
+from ..config import Config, to_dict
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer
-from ..framework.checkpoint import load_weights, read_config, resume_dir, save_checkpoint
+from ..framework.checkpoint import resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Term, alternating
 from ..framework.stream import TensorStream
+from ..hub import checkpoint_config, from_pretrained
 from ..io import atomic_path, write_json_atomic
 from ..models.complement_gan import ComplementGAN, ComplementGANConfig, data_init
 from ..models.pixelcnn import PixelCNN, PixelCNNConfig
@@ -208,24 +209,17 @@ def count_errors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int 
 
 
 def load_density(path: str | Path, image_shape: tuple[int, ...]) -> PixelCNN:
-    """The frozen PixelCNN++ of checkpoint ``path``.
+    """The frozen PixelCNN++ of checkpoint ``path`` (``hub.from_pretrained``), in evaluation mode.
 
     Raises:
-        CheckpointError: not a PixelCNN checkpoint, or trained on images of another shape.
+        CheckpointError: not a PixelCNN checkpoint, or trained on images of another shape than ``image_shape``.
     """
-    saved = read_config(path)
-    if saved.get("architecture") != "pixelcnn":
-        raise CheckpointError(f"'{path}' holds a '{saved.get('architecture')}' model, not a PixelCNN++ density model",
-                              "set density_checkpoint to the final/ directory of a pixelcnn recipe's run")
-    cfg = from_dict(PixelCNNConfig, saved["model"], "density")
-    if tuple(cfg.image_shape) != tuple(image_shape):
-        raise CheckpointError(f"density model '{path}' was trained on images of shape {tuple(cfg.image_shape)}, "
+    model = from_pretrained(path, "pixelcnn")
+    if tuple(model.config.image_shape) != tuple(image_shape):
+        raise CheckpointError(f"density model '{path}' was trained on images of shape {tuple(model.config.image_shape)}, "
                               f"this run's are {tuple(image_shape)}",
                               "train a PixelCNN++ on this dataset (a pixelcnn recipe) and point density_checkpoint at it")
-    model = PixelCNN(cfg)
-    load_weights(path, model, saved)
-    model.eval().requires_grad_(False)
-    return model
+    return model.requires_grad_(False)
 
 
 @torch.no_grad()
@@ -346,27 +340,16 @@ def build(cfg: ComplementGANRecipe, seed: int, data: ImageSplits, density: Pixel
     return model, alternating([(d_term, 1, d_spec), (g_term, 1, g_spec)], cfg.steps)
 
 
-def load_gan(path: str | Path) -> ComplementGAN:
-    """The complement GAN of checkpoint ``path`` (a run's OUT/last), in evaluation mode."""
-    saved = read_config(path)
-    if saved.get("architecture") != "complement_gan":
-        raise CheckpointError(f"'{path}' holds a '{saved.get('architecture')}' model, not a complement GAN",
-                              "pass the last/ directory of a complement_gan run")
-    model = ComplementGAN(from_dict(ComplementGANConfig, saved["model"], "model"))
-    load_weights(path, model, saved)
-    return model.eval()
-
-
 def max_logp_of_samples(gan: str | Path, density: str | Path, seed: int = 0, n: int = 100) -> float:
     """Table 3.2's "max log-p": the largest log p (nats, under the density model of ``density``) of n
     samples of the generator of checkpoint ``gan``, drawn after ``torch.manual_seed(seed)`` as a run's
     own sample grid is."""
-    model = load_gan(gan)
+    model = from_pretrained(gan, "complement_gan")
     with torch.no_grad():
         torch.manual_seed(seed)
         _, samples = model.generate(n)
-    dens = load_density(density, model.cfg.image_shape)
-    return float(log_probs(dens, samples, model.cfg.pixel_range).max())
+    dens = load_density(density, model.config.image_shape)
+    return float(log_probs(dens, samples, model.config.pixel_range).max())
 
 
 def reference_log_probs(cfg: ComplementGANRecipe, data: ImageSplits, density: PixelCNN, seed: int) -> np.ndarray:
@@ -390,7 +373,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     evaluate = lambda m: {"test_errors": count_errors(m, data.x_test, data.y_test)}  # noqa: E731
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    ckpt = {"architecture": "complement_gan", "model": to_dict(cfg.model), "recipe": to_dict(cfg)}
+    ckpt = checkpoint_config(model, recipe=to_dict(cfg))
     trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from)
     t0 = time.time()
     result = trainer.fit()
@@ -472,7 +455,7 @@ def run_pixelcnn(cfg: PixelCNNRecipe, *, seed: int, out_dir: Path | None, progre
     model = PixelCNN(cfg.model)
     stream = TensorStream({"x": scale(train.images)}, cfg.batch_size, seed=seed)
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    ckpt = {"architecture": "pixelcnn", "model": to_dict(cfg.model)}
+    ckpt = checkpoint_config(model)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, one_phase(DensityObjective(), stream, cfg.steps, cfg.optim), tcfg,
                       lambda m: {"test_bpd": _bits_per_dim(m, x_test)}, out_dir, ckpt, resume_from=resume_from)

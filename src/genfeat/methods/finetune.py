@@ -87,7 +87,7 @@ from ..framework.trainer import to_device
 from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
                    save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
-from ..models.heads import MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
+from ..models.heads import ADAPTERS, MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..objectives.task import TaskObjective, model_inputs
 from ..runner import load_recipe, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
@@ -688,9 +688,11 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
 
         model = from_double_heads(model, f"checkpoint '{checkpoint}'")
     if not isinstance(model, FineTuneModel):
-        raise CheckpointError(f"checkpoint '{checkpoint}' holds a {architecture_of(model)} model without a task head",
+        arch = architecture_of(model)
+        raise CheckpointError(f"checkpoint '{checkpoint}' holds a {arch} model without a task head",
                               f"fine-tune it first (method: finetune, init: {checkpoint}) and evaluate the fine-tuned "
-                              "OUT/final")
+                              "OUT/final" if arch in ADAPTERS else f"a {arch} model cannot be fine-tuned: its figures "
+                              "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
     check_head(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))

@@ -26,6 +26,7 @@ from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
 from ..framework.trainer import TrainConfig, Trainer
+from ..hub import checkpoint_config
 from ..io import backup_path, write_json_atomic
 from ..runner import register_method
 
@@ -184,16 +185,17 @@ def build(cfg: PlanetoidRecipe, seed: int):
         the alternating phase, whose validation accuracy selects the model.
     """
     from ..data.graph import load_planetoid
-    from ..models.planetoid import PlanetoidModel
+    from ..models.planetoid import PlanetoidConfig, PlanetoidModel, node_features
     from ..objectives.classification import ClassificationObjective
     from ..objectives.graph_context import ContextSampler, GraphContextObjective, window_pairs
 
     g = load_planetoid(cfg.dataset)
-    x = torch.tensor(g.features.toarray())
-    if cfg.row_normalise:
-        x = x / x.sum(1, keepdim=True).clamp_min(1.0)
+    x = node_features(g, cfg.row_normalise)
+    config = PlanetoidConfig(dataset=cfg.dataset, mode=cfg.mode, embedding_size=cfg.embedding_size,
+                             num_nodes=g.num_nodes, num_features=x.shape[1], num_classes=g.num_classes,
+                             dropout=cfg.dropout, row_normalise=cfg.row_normalise)
     torch.manual_seed(seed)
-    model = PlanetoidModel(x, g.num_classes, cfg.mode, cfg.embedding_size, cfg.dropout)
+    model = PlanetoidModel(config, x)
     labels = torch.tensor(g.labels)
     train = torch.tensor(g.train_idx)
     edges, exclude = (g.listed_edges if cfg.walk_neighbours == "listed" else g.edges), None
@@ -236,16 +238,6 @@ def build(cfg: PlanetoidRecipe, seed: int):
     return g, model, labels, init, Phase("train", cfg.steps, stages, optimizers)
 
 
-def _checkpoint_config(cfg: PlanetoidRecipe, model) -> dict:
-    """config.json of a Planetoid checkpoint: the fields that fix the parameters' shapes, and the recipe."""
-    n, f = model.features.shape
-    classes = model.out_e.out_features
-    return {"architecture": "planetoid",
-            "model": {"dataset": cfg.dataset, "mode": cfg.mode, "embedding_size": cfg.embedding_size,
-                      "num_nodes": n, "num_features": f, "num_classes": classes},
-            "recipe": to_dict(cfg)}
-
-
 def _resume_points(out_dir: Path, has_init: bool) -> tuple[Path | None, Path | None]:
     """(initialisation checkpoint, alternating-phase checkpoint) a resumed run continues from: OUT/last
     once the alternating phase has written one, else OUT/init/last.
@@ -279,7 +271,7 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
         for stale in (out / "last", backup_path(out / "last")):
             if stale.is_dir():
                 shutil.rmtree(stale)
-    ckpt_cfg = _checkpoint_config(cfg, model)
+    ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
     budget = cfg.stop_after_steps
     init_steps = 0
     # the initialisation trains embeddings only: a validation-selected checkpoint of it would pick a

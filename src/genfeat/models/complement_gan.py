@@ -283,7 +283,7 @@ class Encoder(nn.Module):
 
 
 class ComplementGAN(nn.Module):
-    """The discriminator D, generator G and (with ``cfg.encoder``) the encoder q(z | x), trained by the
+    """The discriminator D, generator G and (with ``config.encoder``) the encoder q(z | x), trained by the
     objectives of :mod:`genfeat.objectives.complement_gan` with one optimizer each.
 
     ``forward(x)`` is the classifier: D's output on images x (b, c, h, w).
@@ -291,7 +291,7 @@ class ComplementGAN(nn.Module):
 
     def __init__(self, cfg: ComplementGANConfig):
         super().__init__()
-        self.cfg = cfg
+        self.config = cfg
         mlp = cfg.architecture == "mlp"
         self.discriminator = MLPDiscriminator(cfg) if mlp else ConvDiscriminator(cfg)
         self.generator = MLPGenerator(cfg) if mlp else ConvGenerator(cfg)
@@ -302,7 +302,7 @@ class ComplementGAN(nn.Module):
 
     def sample_noise(self, n: int) -> Tensor:
         """z ~ U[0, 1]^{noise_size} (the released code's noise), (n, z), on the model's device."""
-        return torch.rand(n, self.cfg.noise_size, device=next(self.parameters()).device)
+        return torch.rand(n, self.config.noise_size, device=next(self.parameters()).device)
 
     def generate(self, n: int) -> tuple[Tensor, Tensor]:
         """(z, G(z)): (n, z) noise and (n, c, h, w) images."""

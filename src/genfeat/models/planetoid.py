@@ -20,9 +20,49 @@ of the released code, −log p(c | i) with p(c | i) = softmax over all nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
+
+from ..config import Config, check_least
+from ..errors import ConfigError
+
+
+@dataclass
+class PlanetoidConfig(Config):
+    """Variant and sizes of a Planetoid model (Cora's sizes by default). The node features are not weights:
+    a model built without them (a loaded checkpoint) reads them from ``dataset``."""
+
+    dataset: Literal["", "cora", "citeseer", "pubmed"] = "cora"
+    """Planetoid graph whose node features the model reads when built without features ("": none, they
+    must be passed)."""
+    mode: Literal["t", "i", "g"] = "t"
+    """t (transductive, Eq. 3.13), i (inductive, Eq. 3.14) or g (graph only)."""
+    embedding_size: int = 50
+    """e, the size of the embeddings e_i."""
+    num_nodes: int = 2708
+    """n, the nodes of the graph (the context model's outputs)."""
+    num_features: int = 1433
+    """f, the features per node (0: none, mode ``g``)."""
+    num_classes: int = 7
+    """k; 0 builds the context model alone, without classifier layers (GraphEmb's skip-gram stage)."""
+    dropout: float = 0.0
+    """Dropout on the classifier inputs x_i and e_i (0: off, as in the paper)."""
+    row_normalise: bool = False
+    """The features are the dataset's divided by their row sums (:func:`node_features`)."""
+
+    def __post_init__(self):
+        check_least(self, embedding_size=1, num_nodes=1, num_features=0, num_classes=0)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+def node_features(graph, row_normalise: bool = False) -> Tensor:
+    """The (n, f) float node features of a :class:`~genfeat.data.graph.PlanetoidGraph`; with ``row_normalise``
+    each row divided by its sum (a row summing to less than 1 by 1)."""
+    x = torch.tensor(graph.features.toarray())
+    return x / x.sum(1, keepdim=True).clamp_min(1.0) if row_normalise else x
 
 
 @dataclass
@@ -46,39 +86,47 @@ class PlanetoidModel(nn.Module):
     """Planetoid-T/-I/-G classifier and context model over a fixed node set.
 
     Args:
-        features: (n, f) dense float tensor of node features (kept as a buffer; mode ``g`` uses only n,
-            so f may be 0).
-        num_classes: k; 0 builds the context model alone, without classifier layers (GraphEmb's
-            skip-gram stage).
-        mode: ``t``, ``i`` or ``g`` (default ``t``).
-        embedding_size: e (default 50).
-        dropout: dropout on the classifier inputs x_i and e_i (default 0.0: off, as in the paper).
+        config: variant and sizes.
+        features: (num_nodes, num_features) dense float tensor of node features (kept as a buffer, not
+            saved with the weights; mode ``g`` uses only n, so f may be 0). Default None: those of
+            ``config.dataset`` (:func:`node_features`).
+    Raises:
+        ConfigError: no features and no dataset, or features of another shape than the config's.
     """
 
-    def __init__(self, features: Tensor, num_classes: int, mode: str = "t", embedding_size: int = 50,
-                 dropout: float = 0.0):
+    def __init__(self, config: PlanetoidConfig, features: Tensor | None = None):
         super().__init__()
-        if mode not in ("t", "i", "g"):
-            raise ValueError(f"mode must be t, i or g, got {mode!r}")
-        self.mode = mode
+        if features is None:
+            if not config.dataset:
+                raise ConfigError("a Planetoid model with dataset '' has no node features to read",
+                                  "pass the features, or set the config's dataset")
+            from ..data.graph import load_planetoid
+
+            features = node_features(load_planetoid(config.dataset), config.row_normalise)
+        n, f = config.num_nodes, config.num_features
+        if tuple(features.shape) != (n, f):
+            raise ConfigError(f"the node features have shape {tuple(features.shape)}, the Planetoid config says "
+                              f"num_nodes {n}, num_features {f}",
+                              f"build the model with its graph's features (dataset '{config.dataset}')")
+        self.config = config
         self.register_buffer("features", features, persistent=False)
-        n, f = features.shape
-        self.context = _glorot(nn.Linear(embedding_size, n))
-        if mode == "i":
-            self.embed_x = _glorot(nn.Linear(f, embedding_size))
+        e, k = config.embedding_size, config.num_classes
+        self.context = _glorot(nn.Linear(e, n))
+        if self.config.mode == "i":
+            self.embed_x = _glorot(nn.Linear(f, e))
         else:
-            self.embedding = nn.Embedding(n, embedding_size)
+            self.embedding = nn.Embedding(n, e)
             nn.init.normal_(self.embedding.weight, std=0.01)
-        if num_classes:
-            self.out_e = _glorot(nn.Linear(embedding_size, num_classes))
-            if mode != "g":
-                self.out_x = _glorot(nn.Linear(f, num_classes))
-                self.out = _glorot(nn.Linear(2 * num_classes, num_classes))
-        self.drop = nn.Dropout(dropout)
+        if k:
+            self.out_e = _glorot(nn.Linear(e, k))
+            if self.config.mode != "g":
+                self.out_x = _glorot(nn.Linear(f, k))
+                self.out = _glorot(nn.Linear(2 * k, k))
+        self.drop = nn.Dropout(config.dropout)
 
     def embed(self, nodes: Tensor) -> Tensor:
         """e_i for node ids (b,) -> (b, e)."""
-        if self.mode == "i":
+        if self.config.mode == "i":
             return torch.relu(self.embed_x(self.features[nodes]))
         return self.embedding(nodes)
 
@@ -86,7 +134,7 @@ class PlanetoidModel(nn.Module):
         """The parameters a context step trains (Algorithm 3, T2 / the context initialisation): the
         context layer (w_c, b_c) and what produces e_i, the free embeddings (``t``, ``g``) or the map
         h(x_i) of Eq. 3.14 (``i``). The classifier layers are left to the label steps."""
-        embed = self.embed_x.parameters() if self.mode == "i" else [self.embedding.weight]
+        embed = self.embed_x.parameters() if self.config.mode == "i" else [self.embedding.weight]
         return [*self.context.parameters(), *embed]
 
     def context_score(self, i: Tensor, c: Tensor) -> Tensor:
@@ -100,7 +148,7 @@ class PlanetoidModel(nn.Module):
     def forward(self, nodes: Tensor) -> PlanetoidOutput:
         e = self.embed(nodes)
         le = self.out_e(self.drop(e))
-        if self.mode == "g":
+        if self.config.mode == "g":
             return PlanetoidOutput(le, e)
         lx = self.out_x(self.drop(self.features[nodes]))
         logits = self.out(torch.cat([lx.softmax(-1), le.softmax(-1)], -1))

@@ -191,7 +191,7 @@ class GeneratorObjective(Objective):
             terms["vi"] = self.vi_weight * gaussian_nll(q.mean, q.log_sigma, z).mean()
         if self.ld_weight and self.calls >= self.ld_start and (self.calls - self.ld_start) % self.ld_every == 0:
             n = min(self.ld_batch, len(fake))
-            logp = self.density.log_prob(density_input(fake[:n], model.cfg.pixel_range))
+            logp = self.density.log_prob(density_input(fake[:n], model.config.pixel_range))
             active = logp.detach() > self.epsilon
             terms["ld"] = self.ld_weight * (logp * active).mean()
             logs["ld_active"] = float(active.float().mean()) * len(unl)
