@@ -149,13 +149,16 @@ def test_planetoid_round_trips_and_loads_the_old_layout(monkeypatch, tmp_path, c
     rc, err = _cli(capsys, "export", "--checkpoint", tmp_path / "new", "--out", tmp_path / "out", "--format", "genfeat")
     assert rc == 0, err
     assert torch.equal(from_pretrained(tmp_path / "out")(nodes).logits, model(nodes).logits)
-    # the layout the runner wrote by hand before (no dropout or row_normalise: the defaults)
-    plain = PlanetoidRecipe(dataset="cora", mode="t", embedding_size=8)
-    _, model, *_ = build(plain, 0)
-    save_checkpoint(tmp_path / "old", model.eval(), {"global_step": 1},
-                    {"architecture": "planetoid",
-                     "model": {"dataset": "cora", "mode": "t", "embedding_size": 8, "num_nodes": 2708,
-                               "num_features": 1433, "num_classes": 7},
-                     "recipe": to_dict(plain)})
-    again = from_pretrained(tmp_path / "old")
-    assert _same_weights(model, again) and torch.equal(again(nodes).logits, model(nodes).logits)
+    # the layout the runner wrote by hand before (no dropout or row_normalise: the default dropout, and the
+    # recipe's row_normalise, which decides the features the model reads)
+    for normalise in (False, True):
+        plain = PlanetoidRecipe(dataset="cora", mode="t", embedding_size=8, row_normalise=normalise)
+        _, model, *_ = build(plain, 0)
+        save_checkpoint(tmp_path / "old", model.eval(), {"global_step": 1},
+                        {"architecture": "planetoid",
+                         "model": {"dataset": "cora", "mode": "t", "embedding_size": 8, "num_nodes": 2708,
+                                   "num_features": 1433, "num_classes": 7},
+                         "recipe": to_dict(plain)})
+        again = from_pretrained(tmp_path / "old")
+        assert again.config.row_normalise is normalise and torch.equal(again.features, model.features)
+        assert _same_weights(model, again) and torch.equal(again(nodes).logits, model(nodes).logits)

@@ -98,13 +98,6 @@ def test_context_parameters_are_what_the_context_loss_trains(mode):
     assert reached and {id(p) for p in m.context_parameters()} == reached
 
 
-def test_context_only_model_has_no_classifier():
-    # GraphEmb's skip-gram stage: num_classes 0 builds the embeddings and the context layer alone
-    m = _model(torch.rand(6, 0), 0, "g")
-    assert {id(p) for p in m.parameters()} == {id(p) for p in m.context_parameters()}
-    assert m.context_logits(torch.tensor([0, 3])).shape == (2, 6)
-
-
 @pytest.mark.parametrize("field, value", [("mode", "x"), ("embedding_size", 0), ("r1", 0.0), ("r2", 1.5),
                                           ("dropout", 1.0), ("steps", -1), ("window", 0), ("context_loss", "nce"),
                                           ("walk_starts", "sorted"), ("walk_neighbours", "all"),

@@ -149,7 +149,10 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
         if architecture is not None and arch != architecture:
             raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {architecture}",
                                   f"pass a {architecture} checkpoint")
-        model = build_model(arch, cfg.get("model", {}))
+        model_cfg = cfg.get("model", {})
+        if arch == "planetoid" and "row_normalise" not in model_cfg:  # written before the field: the recipe has it
+            model_cfg = {**model_cfg, "row_normalise": bool(cfg.get("recipe", {}).get("row_normalise", False))}
+        model = build_model(arch, model_cfg)
         load_weights(path, model)
     elif hf_loader is not None:
         module, fn = hf_loader

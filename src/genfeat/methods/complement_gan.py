@@ -36,8 +36,6 @@ from ..models.pixelcnn import PixelCNN, PixelCNNConfig
 from ..objectives.complement_gan import DensityObjective, DiscriminatorObjective, GeneratorObjective, density_input
 from ..runner import register_method
 
-DATASETS = ("mnist", "svhn", "cifar10", "synthetic_2d")
-
 
 def _train_defaults(**kw: Any) -> TrainConfig:
     return TrainConfig(**{"device": "cpu", "threads": 1, "log_every": 100, **kw})

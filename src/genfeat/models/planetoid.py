@@ -46,14 +46,14 @@ class PlanetoidConfig(Config):
     num_features: int = 1433
     """f, the features per node (0: none, mode ``g``)."""
     num_classes: int = 7
-    """k; 0 builds the context model alone, without classifier layers (GraphEmb's skip-gram stage)."""
+    """k, the classes."""
     dropout: float = 0.0
     """Dropout on the classifier inputs x_i and e_i (0: off, as in the paper)."""
     row_normalise: bool = False
     """The features are the dataset's divided by their row sums (:func:`node_features`)."""
 
     def __post_init__(self):
-        check_least(self, embedding_size=1, num_nodes=1, num_features=0, num_classes=0)
+        check_least(self, embedding_size=1, num_nodes=1, num_features=0, num_classes=1)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
@@ -117,11 +117,10 @@ class PlanetoidModel(nn.Module):
         else:
             self.embedding = nn.Embedding(n, e)
             nn.init.normal_(self.embedding.weight, std=0.01)
-        if k:
-            self.out_e = _glorot(nn.Linear(e, k))
-            if self.config.mode != "g":
-                self.out_x = _glorot(nn.Linear(f, k))
-                self.out = _glorot(nn.Linear(2 * k, k))
+        self.out_e = _glorot(nn.Linear(e, k))
+        if self.config.mode != "g":
+            self.out_x = _glorot(nn.Linear(f, k))
+            self.out = _glorot(nn.Linear(2 * k, k))
         self.drop = nn.Dropout(config.dropout)
 
     def embed(self, nodes: Tensor) -> Tensor:
