@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from genfeat.errors import DataError
-from genfeat.eval.metrics import Totals, accuracy, bits_per_token, lm_summary, perplexity
+from genfeat.eval.metrics import MAX_LOG_PERPLEXITY, Totals, accuracy, bits_per_token, lm_summary, perplexity
 
 
 def test_ppl_and_bpc_from_sums():
@@ -12,6 +12,13 @@ def test_ppl_and_bpc_from_sums():
     assert bits_per_token(10 * math.log(2) * 1.5, 10) == pytest.approx(1.5)
     s = lm_summary(7.0, 4)
     assert s == pytest.approx({"loss": 1.75, "ppl": math.exp(1.75), "bpc": 1.75 / math.log(2)})
+
+
+def test_perplexity_is_capped_at_exp_50_and_the_loss_is_not():
+    assert MAX_LOG_PERPLEXITY == 50.0
+    assert perplexity(49.0 * 3, 3) == pytest.approx(math.exp(49.0))
+    assert perplexity(1000.0, 1) == math.exp(50.0)                 # math.exp(1000) would overflow
+    assert lm_summary(1000.0, 1)["loss"] == 1000.0 and lm_summary(1000.0, 1)["ppl"] == math.exp(50.0)
 
 
 def test_totals_weight_batches_by_count_not_by_batch():
@@ -36,6 +43,11 @@ def test_merge_and_single_process_all_reduce():
     assert m.accuracy() == pytest.approx(5 / 8)
     r = m.all_reduce()
     assert (r.loss_sum, r.count, r.correct) == (8.0, 8, 5) and r is not m
+    # named logs (the biLM's forward and backward) are summed alike
+    a.add(1.0, 1, logs={"forward": 0.25})
+    b.add(1.0, 1, logs={"forward": 0.5, "backward": 2.0})
+    assert a.merge(b).logs == {"forward": 0.75, "backward": 2.0}
+    assert b.all_reduce().logs == {"forward": 0.5, "backward": 2.0} and b.all_reduce().logs is not b.logs
 
 
 def test_empty_counts_are_user_errors():

@@ -1,4 +1,4 @@
-"""The gdan method (genfeat.methods.gdan): span decoding, the span loss, the schedules of the Table 3.4
+"""The gdan method (genfeat.methods.gdan): the span loss, the schedules of the Table 3.4
 settings, the Context pseudo-questions, the debug recipe end to end on real data, and the errors."""
 
 import json
@@ -12,7 +12,7 @@ import torch
 
 from genfeat.config import from_dict
 from genfeat.data.gdan import GDANDataConfig, Paragraph, QAExample, build_vocab, context_questions, load_gdan_data
-from genfeat.methods.gdan import GDANRecipe, best_spans, build, score
+from genfeat.methods.gdan import GDANRecipe, build, score
 from genfeat.objectives.span_qa import D_GEN, D_TRUE, span_nll
 from genfeat.runner import run_recipe
 
@@ -24,16 +24,6 @@ needs_data = pytest.mark.skipif(not (DATA / "squad").is_dir(), reason="needs GEN
 @pytest.fixture(autouse=True)
 def _data_root(monkeypatch):
     monkeypatch.setenv("GENFEAT_DATA", str(DATA))
-
-
-def test_best_spans_respects_order_and_length():
-    start = torch.tensor([[0.0, 5.0, 0.0, 0.0], [0.0, 0.0, 0.0, 9.0]])
-    end = torch.tensor([[4.0, 0.0, 0.0, 1.0], [8.0, 0.0, 1.0, 0.0]])
-    s, e = best_spans(start, end, max_words=4)
-    # row 0: end 0 precedes start 1, so (1, 3); row 1: (3, 3) scores 9, (0, 0) only 8
-    assert s.tolist() == [1, 3] and e.tolist() == [3, 3]
-    s, e = best_spans(start, end, max_words=2)
-    assert (s.tolist(), e.tolist()) == ([1, 3], [1, 3]), "spans longer than max_words are excluded"
 
 
 def test_span_nll_is_half_the_start_and_end_negative_log_likelihood():
@@ -223,18 +213,6 @@ def test_cli_reports_a_bad_labelling_rate_on_one_line():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "data.labelling_rate is 1.5, outside (0, 1]" in lines[0]
-
-
-def test_banded_best_spans_equal_the_brute_force_argmax():
-    g = torch.Generator().manual_seed(0)
-    start, end = torch.randn(6, 11, generator=g), torch.randn(6, 11, generator=g)
-    start[3, 7:] = end[3, 7:] = float("-inf")                   # a padded row
-    for max_words in (1, 3, 15):
-        s, e = best_spans(start, end, max_words)
-        for row in range(6):
-            pairs = [(a, b) for a in range(11) for b in range(a, min(a + max_words, 11))]
-            best = max(pairs, key=lambda p: (start[row, p[0]] + end[row, p[1]], -p[0], -p[1]))
-            assert (s[row].item(), e[row].item()) == best
 
 
 def test_train_flags_on_a_recipe_keep_model_selection_on_dev():

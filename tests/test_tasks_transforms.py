@@ -14,8 +14,8 @@ from genfeat.data.tokenizers import TokenizerConfig, special_ids, train_tokenize
 from genfeat.data.vocab import BPEVocab
 from genfeat.errors import ConfigError, DataError
 from genfeat.tasks import Example
-from genfeat.tasks.transforms import (BertFormat, GPTFormat, TaskEncoder, best_span, char_to_token_span, collate,
-                                      input_format, token_span_text, tokenize_with_offsets)
+from genfeat.tasks.transforms import (BertFormat, GPTFormat, TaskEncoder, best_span, best_spans, char_to_token_span,
+                                      collate, input_format, token_span_text, tokenize_with_offsets)
 
 SQUAD = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve() / "squad" / "dev-v1.1.json"
 TEXT = ["The quick brown fox jumps over the lazy dog near the river bank.",
@@ -264,6 +264,85 @@ def test_padding_leaves_the_summary_state_unchanged(toks, backbone):
         alone = torch.cat([summaries([item]) for item in items])
     assert together.shape == (6, 16)
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
+
+
+def brute_force_span(start: list[float], end: list[float], max_len: int, allowed=lambda s, e: True):
+    """The first (s, e) in (s, e) order with the largest finite start[s] + end[e], s <= e < s + max_len and
+    ``allowed(s, e)``, by trying every pair; None when there is none."""
+    best, arg = float("-inf"), None
+    for s in range(len(start)):
+        for e in range(s, min(s + max_len, len(end))):
+            if allowed(s, e) and start[s] + end[e] > best:
+                best, arg = start[s] + end[e], (s, e)
+    return arg
+
+
+def test_best_spans_respects_order_and_length():
+    start = torch.tensor([[0.0, 5.0, 0.0, 0.0], [0.0, 0.0, 0.0, 9.0]])
+    end = torch.tensor([[4.0, 0.0, 0.0, 1.0], [8.0, 0.0, 1.0, 0.0]])
+    s, e = best_spans(start, end, max_answer_len=4)
+    # row 0: end 0 precedes start 1, so (1, 3); row 1: (3, 3) scores 9, (0, 0) only 8
+    assert s.tolist() == [1, 3] and e.tolist() == [3, 3]
+    s, e = best_spans(start, end, max_answer_len=2)
+    assert (s.tolist(), e.tolist()) == ([1, 3], [1, 3]), "spans longer than max_answer_len are excluded"
+    with pytest.raises(ValueError, match="max_answer_len"):
+        best_spans(start, end, 0)
+
+
+def test_best_spans_equal_the_brute_force_search_with_ties_and_length_limits():
+    g = torch.Generator().manual_seed(0)
+    ties = 0
+    for _ in range(20):
+        # small integers make ties common; -inf marks positions that may not start or end a span
+        start = torch.randint(-3, 4, (6, 13), generator=g).float()
+        end = torch.randint(-3, 4, (6, 13), generator=g).float()
+        start[torch.rand(6, 13, generator=g) < 0.2] = float("-inf")
+        end[torch.rand(6, 13, generator=g) < 0.2] = float("-inf")
+        start[2, 9:] = end[2, 9:] = float("-inf")                 # a padded row
+        end[4] = float("-inf")                                     # a row without any span
+        for max_len in (1, 2, 5, 13, 40):
+            s, e = best_spans(start, end, max_len)
+            for row in range(6):
+                want = brute_force_span(start[row].tolist(), end[row].tolist(), max_len) or (0, 0)
+                assert (s[row].item(), e[row].item()) == want, (row, max_len)
+                sums = start[row, :, None] + end[row, None, :]
+                band = torch.ones(13, 13).triu().tril(max_len - 1).bool()
+                ties += int((sums[band] == sums[band].max()).sum() > 1 and sums[band].max() > float("-inf"))
+    assert ties > 50, "the random scores must really tie"
+
+
+@pytest.mark.parametrize("backbone", ["bert", "xlnet"])
+def test_best_span_is_the_brute_force_search_over_windows(toks, backbone):
+    """Random tying logits on every window: best_span reads the text of the first best (window, s, e) with s a
+    max-context token of its window, e a context token and s <= e < s + max_answer_len."""
+    vocab = toks["wp" if backbone == "bert" else "sp"]
+    fmt = input_format(backbone, vocab)
+    enc = TaskEncoder(fmt, vocab, max_len=40, doc_stride=8, max_query_len=8)
+    context = " ".join(TEXT[:4])
+    windows = enc.span(Example("q", ("Who sleeps?", context), answers=(("the lazy dog", context.index("the lazy dog")),)))
+    t = collate(windows, fmt)["input_ids"].shape[2]
+    g = torch.Generator().manual_seed(1)
+    found = 0
+    for _ in range(10):
+        start, end = torch.randint(-4, 5, (2, len(windows), t), generator=g).float()
+        for max_len in (1, 3, 30):
+            best, want = float("-inf"), ""
+            for w, window in enumerate(windows):
+                n = len(window.offsets)
+                own = slice(t - n, t) if fmt.pad_left else slice(0, n)
+                ctx = [o is not None for o in window.offsets]
+                span = brute_force_span(start[w, own].tolist(), end[w, own].tolist(), max_len,
+                                        lambda s, e: ctx[s] and window.max_context[s] and ctx[e])  # noqa: B023
+                if span and float(start[w, own][span[0]] + end[w, own][span[1]]) > best:
+                    best = float(start[w, own][span[0]] + end[w, own][span[1]])
+                    want = token_span_text(context, window, *span)
+            found += bool(want)   # "" only for a best span of one empty piece (sentencepiece's lone "▁")
+            assert best_span(context, windows, start, end, fmt, max_len) == want
+            # as fine-tuning passes them: one row per window, cut to the window's own positions
+            rows = [(s[t - len(wi.offsets):] if fmt.pad_left else s[:len(wi.offsets)]) for s, wi in zip(start, windows)]
+            ends = [(e[t - len(wi.offsets):] if fmt.pad_left else e[:len(wi.offsets)]) for e, wi in zip(end, windows)]
+            assert best_span(context, windows, rows, ends, fmt, max_len) == want
+    assert found >= 25, found
 
 
 @pytest.mark.parametrize("backbone", ["bert", "xlnet"])

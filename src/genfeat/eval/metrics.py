@@ -3,6 +3,10 @@
 Objectives return ``LossOutput(loss_sum, count, logs)``; averaging per-batch means would weight a
 short last batch like a full one, so every figure here is formed once from a total sum and a total
 count, accumulated in float64 across batches (:class:`Totals`) and ranks (:meth:`Totals.all_reduce`).
+Perplexity is capped at exp(:data:`MAX_LOG_PERPLEXITY`) = exp(50) ~ 5.2e21: a diverged model then reports
+a finite figure (JSON has no infinity, and ``math.exp`` overflows past 709 nats) while its ``loss`` stays
+exact. The held-out figures of every method (:func:`genfeat.eval.held_out.evaluate_objective`) and
+``genfeat evaluate`` form their perplexities with :func:`perplexity`, so all share the one cap.
 
 Target-task metrics are formed from a whole split's predictions: :func:`task_scores` (accuracy,
 F1, Matthews correlation, Pearson, Spearman; scikit-learn and scipy) and :func:`squad_scores`
@@ -16,8 +20,8 @@ import re
 import string
 import warnings
 from collections import Counter
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import torch
 
@@ -31,10 +35,15 @@ def _check_count(count: float) -> None:
                         "give evaluation data with at least two tokens (or one labelled example)")
 
 
+MAX_LOG_PERPLEXITY = 50.0
+"""Largest mean negative log-likelihood (nats) that :func:`perplexity` exponentiates; above it the cap holds."""
+
+
 def perplexity(loss_sum: float, count: float) -> float:
-    """exp(loss_sum / count): perplexity of a summed negative log-likelihood in nats."""
+    """exp(min(loss_sum / count, MAX_LOG_PERPLEXITY)): perplexity of a summed negative log-likelihood in
+    nats, capped at exp(50) (module doc)."""
     _check_count(count)
-    return math.exp(loss_sum / count)
+    return math.exp(min(loss_sum / count, MAX_LOG_PERPLEXITY))
 
 
 def bits_per_token(loss_sum: float, count: float) -> float:
@@ -63,27 +72,37 @@ class Totals:
         loss_sum: summed negative log-likelihood in nats (default 0).
         count: number of predicted tokens or examples (default 0).
         correct: number of correct predictions (default 0; only for accuracy).
+        logs: further sums over the same items, by name (default none; e.g. the biLM's ``forward``
+            and ``backward`` losses, from an objective's ``LossOutput.logs``).
     """
 
     loss_sum: float = 0.0
     count: float = 0.0
     correct: float = 0.0
+    logs: dict[str, float] = field(default_factory=dict)
 
     def add(self, loss_sum: float | torch.Tensor, count: float | torch.Tensor,
-            correct: float | torch.Tensor = 0.0) -> Totals:
-        """Add one batch (tensors are read as float64); returns self."""
+            correct: float | torch.Tensor = 0.0, logs: Mapping[str, float] | None = None) -> Totals:
+        """Add one batch (tensors are read as float64; ``logs`` adds to the sums of the same names); returns self."""
         self.loss_sum += float(torch.as_tensor(loss_sum, dtype=torch.float64))
         self.count += float(count)
         self.correct += float(correct)
+        for name, value in (logs or {}).items():
+            self.logs[name] = self.logs.get(name, 0.0) + float(value)
         return self
 
     def merge(self, other: Totals) -> Totals:
         """Sum of two totals (e.g. two shards of the data)."""
-        return Totals(self.loss_sum + other.loss_sum, self.count + other.count, self.correct + other.correct)
+        logs = {k: self.logs.get(k, 0.0) + other.logs.get(k, 0.0) for k in {**self.logs, **other.logs}}
+        return Totals(self.loss_sum + other.loss_sum, self.count + other.count, self.correct + other.correct, logs)
 
     def all_reduce(self) -> Totals:
-        """Totals summed over all ranks when torch.distributed is initialised, else a copy."""
-        return Totals(*all_reduce_sum([self.loss_sum, self.count, self.correct]))
+        """Totals summed over all ranks when torch.distributed is initialised, else a copy (every rank
+        must hold the same ``logs`` names)."""
+        names = sorted(self.logs)
+        loss_sum, count, correct, *logs = all_reduce_sum([self.loss_sum, self.count, self.correct,
+                                                          *(self.logs[k] for k in names)])
+        return Totals(loss_sum, count, correct, dict(zip(names, logs)))
 
     def lm(self) -> dict[str, float]:
         """``loss``, ``ppl``, ``bpc``, ``loss_sum`` and ``tokens`` of the totals."""

@@ -35,8 +35,8 @@ import torch
 from ..config import Config, from_dict
 from ..data.documents import PretrainingTextConfig
 from ..errors import ConfigError
+from ..eval.held_out import evaluate_objective, row_batches
 from ..framework import OptimConfig, TrainConfig, seed_everything
-from ..framework.trainer import to_device
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
 from ..hub import check_resume_vocabulary
@@ -127,19 +127,13 @@ class SeededExamples:
 
 def masked_lm_figures(model, objective: MaskedLMObjective, examples: dict[str, torch.Tensor], batch_size: int,
                       limit: int = 0) -> dict[str, float]:
-    """Masked-LM loss and accuracy of ``examples`` (the first ``limit``; 0: all), in batches, without gradients."""
-    n = examples["input_ids"].shape[0]
-    n = min(n, limit) if limit else n
-    device = next(model.parameters()).device
-    loss = correct = count = 0.0
-    with torch.no_grad():
-        for start in range(0, n, batch_size):
-            batch = to_device({k: v[start:start + batch_size] for k, v in examples.items()}, device)
-            out = objective(model, batch)
-            loss += float(out.loss_sum)
-            correct += out.logs["correct"]
-            count += float(out.count)
-    return {"valid_loss": loss / max(count, 1.0), "valid_accuracy": correct / max(count, 1.0), "valid_masked": int(count)}
+    """Masked-LM loss and accuracy of ``examples`` (the first ``limit``; 0: all), in batches, without gradients.
+
+    Shapes:
+        examples {name: [n, t]} -> ``valid_loss`` and ``valid_accuracy`` per masked token, ``valid_masked``.
+    """
+    totals = evaluate_objective(model, objective, row_batches(examples, batch_size, limit))
+    return {"valid_loss": totals.lm()["loss"], "valid_accuracy": totals.accuracy(), "valid_masked": int(totals.count)}
 
 
 @register_method("bert", BertRecipe, pretraining=True)

@@ -22,7 +22,6 @@ character vocabulary, which spells words outside the vocabulary.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,11 @@ import torch
 
 from ..config import Config, from_dict
 from ..errors import CheckpointError, ConfigError, DataError
+from ..eval.held_out import evaluate_objective, row_batches
+from ..eval.metrics import perplexity
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
-from ..framework.trainer import to_device
 from ..hub import VOCAB_FILE, load_checkpoint
 from ..models.elmo import ElmoBiLM, ElmoConfig, SpelledWordVocab, char_vocab_for
 from ..objectives.bilm import BiLMObjective
@@ -101,21 +101,14 @@ def windows(tokens: torch.Tensor, seq_len: int, what: str) -> torch.Tensor:
 
 
 def bilm_figures(model, examples: torch.Tensor, batch_size: int, limit: int = 0) -> dict[str, float]:
-    """Both directions' cross-entropy on ``examples`` [n, t] word ids (the first ``limit``; 0: all), without gradients."""
-    n = examples.shape[0] if not limit else min(limit, examples.shape[0])
-    device = next(model.parameters()).device
-    objective = BiLMObjective()
-    fwd = bwd = pairs = 0.0
-    with torch.no_grad():
-        for start in range(0, n, batch_size):
-            out = objective(model, to_device({"word_ids": examples[start:start + batch_size]}, device))
-            fwd += out.logs["forward"]
-            bwd += out.logs["backward"]
-            pairs += float(out.count)
-    f, b = fwd / max(pairs, 1.0), bwd / max(pairs, 1.0)
+    """Both directions' cross-entropy on ``examples`` [n, t] word ids (the first ``limit``; 0: all), without gradients:
+    per (word, context) pair, each direction's loss and perplexity (capped at exp(50)), their sum ``valid_loss``."""
+    totals = evaluate_objective(model, BiLMObjective(), row_batches({"word_ids": examples}, batch_size, limit))
+    fwd, bwd, pairs = totals.logs.get("forward", 0.0), totals.logs.get("backward", 0.0), totals.count
+    forward_ppl, backward_ppl = perplexity(fwd, pairs), perplexity(bwd, pairs)   # DataError when no pairs
+    f, b = fwd / pairs, bwd / pairs
     return {"valid_loss": f + b, "valid_forward_loss": f, "valid_backward_loss": b,
-            "valid_forward_ppl": math.exp(min(f, 50.0)), "valid_backward_ppl": math.exp(min(b, 50.0)),
-            "valid_pairs": int(pairs)}
+            "valid_forward_ppl": forward_ppl, "valid_backward_ppl": backward_ppl, "valid_pairs": int(pairs)}
 
 
 def load_elmo(path: str | Path):

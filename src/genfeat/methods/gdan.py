@@ -29,7 +29,7 @@ adversarial settings add T_G G steps, with G's own optimizer, after every T_D D 
 ``train.eval_every`` steps scores dev F1 (D reads dev questions with d_true when tags are on), and the
 parameters of the best dev F1 are kept (model selection on dev only). The figures of a run: ``test_f1``,
 ``test_em``, ``dev_f1``, ``dev_em`` (SQuAD v1.1's official EM/F1 on the word span decoded by
-:func:`best_spans`, as fractions), ``labelled`` questions, ``unlabelled_questions`` (Context
+:func:`~genfeat.tasks.transforms.best_spans`, as fractions), ``labelled`` questions, ``unlabelled_questions`` (Context
 pseudo-questions, or the answer chunks G writes questions for), ``vocab``, ``steps`` (D and G steps of the
 training phase) and ``train_seconds`` (G's pretraining included); ``genfeat run --seeds N`` adds their means
 over seeds (``test_f1_mean`` ...). Output directory, each checkpoint with vocab.json and the recipe in config.json:
@@ -65,7 +65,6 @@ from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config, from_dict, to_dict
@@ -90,6 +89,7 @@ from ..objectives.span_qa import D_GEN, D_TRUE, SpanQAObjective, read, reader, s
 from ..runner import register_method
 from ..tasks.catalog import get_task
 from ..tasks.predictions import write_predictions
+from ..tasks.transforms import best_spans
 from .question_gen import mle_phase, new_generator
 
 Setting = Literal["sl", "context", "context_domain", "gen", "gen_gan", "gen_dual", "gen_domain", "gdan"]
@@ -184,17 +184,6 @@ class GDANRecipe(Config):
             raise ValueError("steps, g_pretrain_steps, max_unlabelled and max_eval must be >= 0")
         if not 0.0 <= self.baseline_decay < 1.0:
             raise ValueError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
-
-
-def best_spans(start_logits: Tensor, end_logits: Tensor, max_words: int) -> tuple[Tensor, Tensor]:
-    """argmax over s <= e < s + max_words of start_logits[s] + end_logits[e] per row: (b, n) each -> (b,), (b,).
-
-    Scores only the band of allowed (s, e) pairs, (b, n, max_words), not all (b, n, n) (dev paragraphs run to
-    hundreds of words); ties go to the first pair in (s, e) order."""
-    k = min(max_words, start_logits.shape[1])
-    ends = F.pad(end_logits, (0, k - 1), value=float("-inf")).unfold(1, k, 1)      # (b, n, k): end_logits[s + j]
-    top = (start_logits[:, :, None] + ends).flatten(1).argmax(1)
-    return top // k, top // k + top % k
 
 
 @torch.no_grad()

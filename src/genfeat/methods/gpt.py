@@ -25,21 +25,19 @@ zero-shot heuristic (genfeat.eval.zero_shot, seed paper Fig. 2 right) and logs i
 from __future__ import annotations
 
 import importlib
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from torch import Tensor, nn
 
 from ..config import Config, from_dict
 from ..data.documents import PretrainingTextConfig
 from ..data.lm import LMShuffledStream, iter_lm_segments
 from ..errors import ConfigError
+from ..eval.held_out import evaluate_objective
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
-from ..framework.trainer import to_device
 from ..hub import ARCHITECTURES, check_resume_vocabulary
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
@@ -117,22 +115,12 @@ def build_lm(architecture: str, model: dict[str, Any], n_token: int) -> nn.Modul
     return getattr(mod, model_cls)(from_dict(getattr(mod, cfg_cls), {**model, "n_token": n_token}, "model"))
 
 
-@torch.no_grad()
 def causal_lm_loss(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size: int) -> dict[str, float]:
-    """Causal-LM cross-entropy (nats per token) of ``tokens`` cut into ``batch_size`` contiguous rows
-    read as consecutive blocks of ``seq_len`` tokens, each block without earlier context."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    scorer = CausalLMObjective(recurrence=False)
-    loss = count = 0.0
-    for batch in iter_lm_segments(tokens, batch_size, seq_len):
-        out = scorer(model, to_device(batch, device))
-        loss += float(out.loss_sum)
-        count += float(out.count)
-    model.train(was_training)
-    mean = loss / max(count, 1.0)
-    return {"valid_loss": mean, "valid_ppl": math.exp(min(mean, 50.0)), "valid_tokens": int(count)}
+    """Causal-LM cross-entropy (``valid_loss``, nats per token), its perplexity (``valid_ppl``, capped at
+    exp(50) as every genfeat perplexity) and the predicted tokens of ``tokens`` cut into ``batch_size``
+    contiguous rows read as consecutive blocks of ``seq_len`` tokens, each block without earlier context."""
+    lm = evaluate_objective(model, CausalLMObjective(recurrence=False), iter_lm_segments(tokens, batch_size, seq_len)).lm()
+    return {"valid_loss": lm["loss"], "valid_ppl": lm["ppl"], "valid_tokens": lm["tokens"]}
 
 
 @register_method("gpt", GPTRecipe, pretraining=True)

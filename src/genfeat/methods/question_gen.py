@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,6 +40,7 @@ from ..data.gdan import BOS, EOS, PAD, GDANDataConfig, Paragraph, QAExample, Col
 from ..data.question_gen import answer_examples, collate_qg, question_words
 from ..data.vocab import SymbolVocab, load_vocab
 from ..errors import CheckpointError, DataError
+from ..eval.held_out import evaluate_objective
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import load_weights, read_config, resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
@@ -144,19 +144,10 @@ def generated_examples(model: QuestionGenerator, examples: Sequence[QAExample], 
 
 def _dev_nll(model: QuestionGenerator, examples: Sequence[QAExample], vocab: SymbolVocab, max_words: int,
              batch_size: int = 64) -> dict[str, float]:
-    """Per-word negative log-likelihood (</s> included) and perplexity of G on ``examples``."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    total = count = 0.0
-    objective = QuestionGenMLE()
-    with torch.no_grad():
-        for i in range(0, len(examples), batch_size):
-            out = objective(model, collate_qg(examples[i:i + batch_size], vocab, max_words).to(device))
-            total += float(out.loss_sum)
-            count += float(out.count)
-    model.train(was_training)
-    return {"dev_nll": total / count, "dev_ppl": math.exp(total / count)}
+    """Per-word negative log-likelihood (</s> included) and perplexity (capped at exp(50)) of G on ``examples``."""
+    batches = (collate_qg(examples[i:i + batch_size], vocab, max_words) for i in range(0, len(examples), batch_size))
+    lm = evaluate_objective(model, QuestionGenMLE(), batches).lm()
+    return {"dev_nll": lm["loss"], "dev_ppl": lm["ppl"]}
 
 
 def _write_jsonl(path: Path, records: Sequence[dict[str, Any]]) -> None:

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from torch import nn
 
 from ..config import Config, from_dict
 from ..data.documents import PretrainingTextConfig
 from ..errors import ConfigError
+from ..eval.held_out import evaluate_objective
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..hub import check_resume_vocabulary
@@ -149,27 +149,14 @@ def pretraining_text(data: XLNetDataConfig, model_cfg: dict[str, Any], seed: int
                            stream(read_documents(data.valid_text, data.valid_documents), EVAL_SEED))
 
 
-@torch.no_grad()
 def held_out_loss(model: nn.Module, objective, valid, limit: int = 0) -> dict[str, float]:
     """The objective's loss (per item, ``valid_loss``) and item count over the first ``limit`` (0: all)
-    batches of one pass of the held-out stream, in order (memory carried by the objective)."""
-    from ..framework.trainer import to_device
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    loss = count = correct = 0.0
-    for i, batch in enumerate(valid.epoch_batches()):
-        if limit and i >= limit:
-            break
-        out = objective(model, to_device(batch, device))
-        loss += float(out.loss_sum)
-        count += float(out.count)
-        correct += out.logs.get("correct", 0.0)
-    model.train(was_training)
-    figures = {"valid_loss": loss / max(count, 1.0), "valid_items": int(count)}
+    batches of one pass of the held-out stream, in order (memory carried by the objective); the masked
+    LM adds ``valid_accuracy``."""
+    totals = evaluate_objective(model, objective, valid.epoch_batches(), limit)
+    figures = {"valid_loss": totals.lm()["loss"], "valid_items": int(totals.count)}
     if isinstance(objective, MaskedLMObjective):
-        figures["valid_accuracy"] = correct / max(count, 1.0)
+        figures["valid_accuracy"] = totals.accuracy()
     return figures
 
 

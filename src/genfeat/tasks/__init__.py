@@ -3,7 +3,7 @@
 from .catalog import TASKS, get_task
 from .loaders import load_task
 from .spec import Example, SplitSpec, TaskSpec
-from .transforms import TaskEncoder, best_span, collate, input_format
+from .transforms import TaskEncoder, best_span, best_spans, collate, input_format
 
-__all__ = ["TASKS", "Example", "SplitSpec", "TaskEncoder", "TaskSpec", "best_span", "collate", "get_task", "input_format",
-           "load_task"]
+__all__ = ["TASKS", "Example", "SplitSpec", "TaskEncoder", "TaskSpec", "best_span", "best_spans", "collate", "get_task",
+           "input_format", "load_task"]

@@ -28,7 +28,8 @@ Each backbone packs one or two segments with its own special tokens (:class:`Inp
 
 Texts longer than ``max_len`` are cut, longest segment first (BERT's rule), and the encoding says so
 (``truncated``); reading long texts in segments with memory (XLNet, Transformer-XL) is not done here.
-:func:`collate` pads a batch into tensors; :func:`best_span` reads a span prediction back as text.
+:func:`collate` pads a batch into tensors; :func:`best_span` reads a span prediction back as text, through
+:func:`best_spans`, the batched search for the best answer span that GDAN's reader uses as well.
 
 Shapes (collate): b batch, k sequences per example (1 for single, pair and span, 2 for similarity,
 the number of answers for multiple choice), t the longest sequence of the batch.
@@ -40,6 +41,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from ..data.tokenizers import special_ids
 from ..data.vocab import BPEVocab, SentencePieceVocab, Vocab
@@ -403,33 +407,57 @@ def collate(batch: Sequence[Encoded], fmt: InputFormat) -> dict[str, torch.Tenso
     return out
 
 
-def best_span(context: str, windows: Sequence[Encoded], start_logits: torch.Tensor, end_logits: torch.Tensor,
+def best_spans(start_logits: Tensor, end_logits: Tensor, max_answer_len: int) -> tuple[Tensor, Tensor]:
+    """Per row, the (s, e) with s <= e < s + ``max_answer_len`` maximising start_logits[s] + end_logits[e].
+
+    Only the band of allowed pairs is scored, [b, n, max_answer_len], not all [b, n, n] pairs (GDAN's dev
+    paragraphs run to hundreds of words). Positions that may not start (or end) a span are given -inf
+    start (end) scores by the caller; a row without any finite pair returns (0, 0). Ties go to the first
+    pair in (s, e) order.
+
+    Args:
+        start_logits, end_logits: [b, n] scores of each position as the answer's first and last token.
+        max_answer_len: longest span in positions, at least 1.
+    Shapes:
+        [b, n], [b, n] -> start [b], end [b].
+    """
+    if max_answer_len < 1:
+        raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
+    k = min(max_answer_len, start_logits.shape[1])
+    ends = F.pad(end_logits, (0, k - 1), value=float("-inf")).unfold(1, k, 1)      # [b, n, k]: end_logits[s + j]
+    top = (start_logits[:, :, None] + ends).flatten(1).argmax(1)
+    return top // k, top // k + top % k
+
+
+def best_span(context: str, windows: Sequence[Encoded], start_logits: Sequence[Tensor], end_logits: Sequence[Tensor],
               fmt: InputFormat, max_answer_len: int = 30) -> str:
     """The answer text of the highest-scoring span over all windows of one example (BERT's run_squad
     rule): start s and end e are context tokens of one window, s <= e < s + ``max_answer_len``, the
-    window gives s its maximum context, and the score is start_logits[s] + end_logits[e].
+    window gives s its maximum context, and the score is start_logits[s] + end_logits[e]; the first
+    window wins a tie. The windows are searched together by :func:`best_spans`, with -inf start scores
+    outside the window's max-context tokens and -inf end scores outside the context.
 
     Args:
         windows: the example's span windows (:meth:`TaskEncoder.span`).
-        start_logits, end_logits: [w, t] scores per window and position of the windows as
-            :func:`collate` padded them (with ``fmt``'s padding side).
+        start_logits, end_logits: per window a [t] row of scores (a [w, t] tensor or a list), at least
+            the window's own positions, padded as :func:`collate` pads (with ``fmt``'s padding side).
         max_answer_len: longest answer in tokens (default 30).
 
     Returns:
         The context text of the best span, "" when no window has a valid span.
     """
-    best, text = -float("inf"), ""
+    starts, ends = [], []
     for enc, start, end in zip(windows, start_logits, end_logits):
         n = len(enc.offsets)
-        if fmt.pad_left:
-            start, end = start[start.shape[0] - n:], end[end.shape[0] - n:]
+        start, end = (start[start.shape[0] - n:], end[end.shape[0] - n:]) if fmt.pad_left else (start[:n], end[:n])
         in_context = torch.tensor([o is not None for o in enc.offsets])
-        first = in_context & torch.tensor(enc.max_context)
-        pos = torch.arange(n)
-        valid = (first[:, None] & in_context[None, :] & (pos[None, :] >= pos[:, None])
-                 & (pos[None, :] < pos[:, None] + max_answer_len))                 # [n, n]: (s, e)
-        scores = (start[:n, None] + end[None, :n]).float().masked_fill(~valid, -float("inf"))
-        top = int(scores.argmax())
-        if scores.flatten()[top] > best:
-            best, text = float(scores.flatten()[top]), token_span_text(context, enc, top // n, top % n)
-    return text
+        starts.append(start.masked_fill(~(in_context & torch.tensor(enc.max_context)), float("-inf")))
+        ends.append(end.masked_fill(~in_context, float("-inf")))
+    start = pad_sequence(starts, batch_first=True, padding_value=float("-inf"))     # [w, n]: windows' own positions
+    end = pad_sequence(ends, batch_first=True, padding_value=float("-inf"))
+    s, e = best_spans(start, end, max_answer_len)
+    score = start.gather(1, s[:, None])[:, 0] + end.gather(1, e[:, None])[:, 0]      # [w]
+    w = int(score.argmax())
+    if score[w] == float("-inf"):
+        return ""
+    return token_span_text(context, windows[w], int(s[w]), int(e[w]))
