@@ -37,7 +37,7 @@ import torch
 
 from genfeat.eval.word_vectors import evaluate_vectors, gensim_test_file
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec, read_sentences
-from genfeat.models.word2vec import nearest_neighbours
+from genfeat.eval.word_vectors import nearest_neighbours
 
 
 def step_arithmetic(model, batch: dict[str, torch.Tensor], lr: float) -> None:

@@ -21,7 +21,8 @@ from genfeat.eval.word_vectors import analogy_accuracy, word_similarity
 from genfeat.framework.trainer import Trainer
 from genfeat.methods import word2vec as w2v_method
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, corpus_shards, encode_sentences, fit_word2vec
-from genfeat.models.word2vec import Word2Vec, Word2VecConfig, nearest_neighbours, save_word2vec_format
+from genfeat.eval.word_vectors import nearest_neighbours
+from genfeat.models.word2vec import Word2Vec, Word2VecConfig, save_word2vec_format
 from genfeat.objectives.word2vec import (WindowSampler, Word2VecObjective, huffman_tree, keep_probability,
                                          noise_distribution)
 

@@ -22,7 +22,7 @@ def test_default_skipgram_groups_closed_classes_on_ptb():
     0.39, so at this size the floor tells a working skip-gram from a broken one, not one pair order from the
     other)."""
     from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec, read_sentences
-    from genfeat.models.word2vec import nearest_neighbours
+    from genfeat.eval.word_vectors import nearest_neighbours
 
     cfg = Word2VecRecipe(corpus=["ptb:train"], dim=50, epochs=1)
     sentences = read_sentences(cfg)

@@ -327,7 +327,7 @@ def _check_out_file(out: str) -> None:
 
 def cmd_neighbours(args: argparse.Namespace, extra: list[str]) -> None:
     from .hub import load_checkpoint
-    from .models.word2vec import nearest_neighbours
+    from .eval.word_vectors import nearest_neighbours
 
     _no_extra(extra)
     _require(args, top=(1, "pass --top 1 or more"))

@@ -12,6 +12,8 @@ gets the same figures:
   first ``restrict`` words, other than a, b and c, with the highest cos(w, b − a + c) on unit vectors;
   questions with a word outside them are skipped. Accuracy: correct / questions asked, over all sections.
 
+Also the nearest neighbours of a word by cosine (:func:`nearest_neighbours`, ``genfeat neighbours``).
+
 The test files ship with gensim (``gensim/test/test_data``); :func:`gensim_test_file` finds them.
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 
 
 def gensim_test_file(name: str) -> Path | None:
@@ -143,3 +145,29 @@ def evaluate_vectors(vectors: Tensor, words: list[str], similarity_file: str | P
         out.update({"analogy": ana["accuracy"], "analogy_questions": ana["questions"],
                     "analogy_questions_total": ana["questions_total"]})
     return out
+
+
+def nearest_neighbours(vectors: Tensor, words: list[str], word: str, top: int = 10) -> list[tuple[str, float]]:
+    """The ``top`` words of highest cosine similarity to ``word`` (itself excluded).
+
+    Args:
+        vectors: (V, d) word vectors.
+        words: the V words.
+        word: the query.
+        top: how many neighbours (default 10).
+    Returns:
+        [(word, cosine)] best first.
+    Raises:
+        ConfigError: ``word`` is not in the vocabulary.
+    """
+    index = {w: i for i, w in enumerate(words)}
+    if word not in index:
+        near = sorted(w for w in words if w.lower() == word.lower())
+        hint = f" (the vocabulary has {', '.join(near[:3])})" if near else ""
+        raise ConfigError(f"word {word!r} is not in the {len(words):,}-word vocabulary{hint}",
+                          "ask for a word that occurs at least min_count times in the training corpus")
+    unit = _unit(vectors)
+    sims = unit @ unit[index[word]]
+    sims[index[word]] = -float("inf")
+    best = sims.topk(min(top, len(words) - 1))
+    return [(words[i], float(s)) for s, i in zip(best.values.tolist(), best.indices.tolist())]

@@ -26,7 +26,7 @@ back as sparse (V, d) tensors holding one row per lookup. The model returns the 
 is genfeat.objectives.word2vec.
 
 The module also writes the word2vec text and binary formats (the files gensim's
-``KeyedVectors.load_word2vec_format`` reads) and answers nearest-neighbour queries.
+``KeyedVectors.load_word2vec_format`` reads); nearest-neighbour queries are genfeat.eval.word_vectors'.
 """
 
 from __future__ import annotations
@@ -191,29 +191,3 @@ def save_word2vec_format(path: str | Path, words: list[str], vectors: Tensor | n
         else:
             f.writelines((w + " " + " ".join(repr(float(x)) for x in row) + "\n").encode("utf-8") for w, row in zip(words, vec))
     return Path(path)
-
-
-def nearest_neighbours(vectors: Tensor, words: list[str], word: str, top: int = 10) -> list[tuple[str, float]]:
-    """The ``top`` words of highest cosine similarity to ``word`` (itself excluded).
-
-    Args:
-        vectors: (V, d) word vectors.
-        words: the V words.
-        word: the query.
-        top: how many neighbours (default 10).
-    Returns:
-        [(word, cosine)] best first.
-    Raises:
-        ConfigError: ``word`` is not in the vocabulary.
-    """
-    index = {w: i for i, w in enumerate(words)}
-    if word not in index:
-        near = sorted(w for w in words if w.lower() == word.lower())
-        hint = f" (the vocabulary has {', '.join(near[:3])})" if near else ""
-        raise ConfigError(f"word {word!r} is not in the {len(words):,}-word vocabulary{hint}",
-                          "ask for a word that occurs at least min_count times in the training corpus")
-    unit = vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    sims = unit @ unit[index[word]]
-    sims[index[word]] = -float("inf")
-    best = sims.topk(min(top, len(words) - 1))
-    return [(words[i], float(s)) for s, i in zip(best.values.tolist(), best.indices.tolist())]
