@@ -87,7 +87,8 @@ from ..framework.trainer import to_device
 from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
                    save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
-from ..models.heads import ADAPTERS, MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
+from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, check_backbone, fine_tunable,
+                            get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
 from ..runner import load_recipe, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
@@ -488,6 +489,7 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
         if isinstance(backbone, FineTuneModel):
             backbone = backbone.backbone
         arch = architecture_of(backbone)
+        check_backbone(arch, cfg.init)
         check_vocab(backbone, vocab, cfg.init)
         if cfg.finetune_bilm is not None:
             if arch != "elmo":
@@ -604,8 +606,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     train_ex = subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
     dev_ex = subset(dev_ex, d.max_eval_examples)
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    # OUT is created by the first file written into it (a tokenizer, the log, a checkpoint), so a run refused
+    # before that leaves no empty folder
     seed_everything(seed)
     model, vocab = build_model_and_vocab(cfg, spec, train_ex, out_dir, resume)
     if d.max_len > getattr(model.backbone.config, "max_position", d.max_len):
@@ -691,7 +693,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
         arch = architecture_of(model)
         raise CheckpointError(f"checkpoint '{checkpoint}' holds a {arch} model without a task head",
                               f"fine-tune it first (method: finetune, init: {checkpoint}) and evaluate the fine-tuned "
-                              "OUT/final" if arch in ADAPTERS else f"a {arch} model cannot be fine-tuned: its figures "
+                              "OUT/final" if arch in fine_tunable() else f"a {arch} model cannot be fine-tuned: its figures "
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
     check_head(model, spec, checkpoint)
