@@ -110,12 +110,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",)):
-    """The model of checkpoint ``path`` on ``device`` and its vocabulary; the model must be one of ``architectures``."""
+    """The model of checkpoint ``path`` on ``device`` and its vocabulary (which it must have: text is encoded
+    with it); the model must be one of ``architectures``."""
     from .framework.trainer import resolve_device
     from .hub import architecture_of, load_checkpoint
 
     target = resolve_device(device, "--device")
-    model, vocab = load_checkpoint(path)
+    model, vocab = load_checkpoint(path, require_vocab=True)
     arch = architecture_of(model)
     if arch not in architectures:
         raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
@@ -196,9 +197,6 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
     if gpt and args.mem_len is not None:
         raise ConfigError(f"--mem-len is a Transformer-XL memory, but '{args.checkpoint}' holds a GPT model, which "
                           "attends over every earlier position", "drop --mem-len")
-    if vocab is None:
-        raise ConfigError(f"checkpoint '{args.checkpoint}' has no vocab.json, so a text prompt cannot be encoded",
-                          "save the model with its vocabulary (genfeat checkpoints include it)")
     ids = vocab.encode(args.prompt) if args.prompt else []
     if not ids:
         ids = [0]
@@ -331,7 +329,7 @@ def cmd_neighbours(args: argparse.Namespace, extra: list[str]) -> None:
 
     _no_extra(extra)
     _require(args, top=(1, "pass --top 1 or more"))
-    model, vocab = load_checkpoint(args.checkpoint, "word2vec")
+    model, vocab = load_checkpoint(args.checkpoint, "word2vec", require_vocab=True)
     found = nearest_neighbours(model.vectors, vocab.symbols, args.word, args.top)
     result = {"word": args.word, "neighbours": [{"word": w, "cosine": c} for w, c in found]}
     _emit(result, args.json, "\n".join(f"{w}\t{c:.4f}" for w, c in found))

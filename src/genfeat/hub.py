@@ -190,7 +190,8 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
                            (lambda d: vocab.save(d / VOCAB_FILE)) if vocab is not None else None)
 
 
-def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[nn.Module, Any]:
+def load_checkpoint(path: str | Path, architecture: str | None = None,
+                    require_vocab: bool = False) -> tuple[nn.Module, Any]:
     """``from_pretrained`` plus the vocabulary saved beside the weights (None when there is none): genfeat's
     vocab.json, else a Hugging Face tokenizer (tokenizer.json, vocab.txt or spiece.model). In a Hugging
     Face directory with a tokenizer file, vocab.json is that tokenizer's (GPT's BPE vocabulary), not genfeat's.
@@ -201,7 +202,15 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
 
     A model with fine-tuning special tokens (GPT-1's n_special) may come with the pretrained vocabulary
     or with one that includes them. A model (or fine-tuned model's backbone) with a ``text_vocabulary(vocab)``
-    method gets the vocabulary it returns (ELMo's spells words outside the saved one)."""
+    method gets the vocabulary it returns (ELMo's spells words outside the saved one).
+
+    Args:
+        require_vocab: refuse a checkpoint without a vocabulary (every use that encodes text: a vocabulary
+            rebuilt from the text to score would give other ids than the model was trained on, and silently
+            wrong figures).
+    Raises:
+        CheckpointError: another architecture, a vocabulary that is not the model's, none with ``require_vocab``.
+    """
     model = from_pretrained(path, architecture)
     vocab, source = None, VOCAB_FILE
     hf_tokenizer = next((name for name in HF_TOKENIZER_FILES if (Path(path) / name).is_file()), None)
@@ -213,6 +222,11 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
         from .data.tokenizers import load_tokenizer
 
         vocab, source = load_tokenizer(path), hf_tokenizer
+    if vocab is None and require_vocab:
+        raise CheckpointError(f"checkpoint '{path}' has no {VOCAB_FILE} (nor a Hugging Face tokenizer file: "
+                              f"{', '.join(HF_TOKENIZER_FILES)}), so text cannot be encoded with the ids the model "
+                              "was trained on", f"copy the run's {VOCAB_FILE} next to the weights (genfeat writes it "
+                              "into OUT/final and OUT/last)")
     cfg = getattr(model, "config", None)
     n_token = getattr(cfg, "n_token", None)
     if vocab is not None and n_token is not None and len(vocab) not in (n_token, n_token + getattr(cfg, "n_special", 0)):

@@ -277,7 +277,7 @@ def load_generator(path: str | Path) -> tuple[QuestionGenerator, SymbolVocab]:
 
     config = read_config(path)
     if config.get("architecture") != "gdan":
-        return load_checkpoint(path, ARCHITECTURE)
+        return load_checkpoint(path, ARCHITECTURE, require_vocab=True)
     recipe = config.get("recipe", {})
     if recipe.get("setting") not in GENERATOR_SETTINGS:
         raise CheckpointError(f"GDAN checkpoint '{path}' is of setting {recipe.get('setting')!r}, which has no "
