@@ -116,3 +116,23 @@ def test_a_checkpoint_without_its_vocabulary_is_refused_not_scored_with_one_rebu
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, argv
         assert "no vocab.json" in err and "fix: copy the run's vocab.json next to the weights" in err, argv
+
+
+def test_a_truncated_checkpoint_outside_training_is_called_damaged_not_to_be_deleted(tmp_path, capsys):
+    from genfeat import cli
+    from genfeat.data.vocab import SymbolVocab
+    from genfeat.hub import save_pretrained
+
+    ckpt = tmp_path / "final"
+    save_pretrained(tiny(0.0), ckpt, SymbolVocab(["<unk>", "<eos>", *(f"w{i}" for i in range(95))], "word", unk="<unk>"))
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    text = tmp_path / "text.txt"
+    text.write_text("w1 w2 w3 w4\n" * 20)
+    for argv in (["evaluate", "--checkpoint", str(ckpt), "--data", str(text), "--tgt-len", "4", "--mem-len", "4"],
+                 ["generate", "--checkpoint", str(ckpt), "--length", "3"]):
+        code = cli.main(argv)
+        _, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "corrupt or truncated" in err, argv
+        fix = err.split("fix:", 1)[1]
+        assert "damaged" in fix and "delete" not in fix and "--resume" not in fix, argv
