@@ -90,7 +90,7 @@ from ..io import write_json_atomic
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, check_backbone, fine_tunable,
                             get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
-from ..runner import load_recipe, register_method
+from ..runner import check_resume_method, load_recipe, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
 from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
 
@@ -459,7 +459,9 @@ def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
 
 
 def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, resume: bool):
-    """``cfg.tokenizer``; else one trained on ``texts`` into OUT/tokenizer (read back when resuming)."""
+    """``cfg.tokenizer``; else one trained on ``texts`` into OUT/tokenizer (read back when resuming; a resumed
+    run without one trains it in a temporary folder, for the checkpoint's vocabulary to be compared with, and
+    writes nothing into OUT)."""
     from ..data.tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
 
     if cfg.tokenizer is not None:
@@ -473,7 +475,7 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         corpus.write_text("\n".join(" ".join(t.split()) for t in texts) + "\n", encoding="utf-8")
-        where = Path(out_dir) / "tokenizer" if out_dir is not None else Path(tmp) / "tokenizer"
+        where = Path(out_dir) / "tokenizer" if out_dir is not None and not resume else Path(tmp) / "tokenizer"
         return train_tokenizer(TokenizerConfig(kind, cfg.vocab_size, lowercase=False), corpus, where)
 
 
@@ -574,6 +576,8 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     if resume and done.is_file() and (where / "final").is_dir():
         figures = json.loads(done.read_text())
     else:
+        if resume:
+            check_resume_method(method, where)
         write_json_atomic(stage_file, wanted)
         figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
