@@ -128,6 +128,30 @@ def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
     return getattr(mod, model_cls)(cfg)
 
 
+def check_model_fields(architecture: str, fields: dict[str, Any], path: str = "model") -> None:
+    """Refuse a name in a recipe's ``model`` section that ``architecture``'s config has not, or a value of the
+    wrong type, when the recipe is read: the config itself is built (and its checks across fields run) only
+    once the tokenizer has set n_token, after work and writes.
+
+    Raises:
+        ConfigError: an unknown field (named by its dotted path, with the closest known name) or a wrong type.
+    """
+    import dataclasses
+    import typing
+
+    from .config import _coerce
+
+    module, cfg_cls, _ = ARCHITECTURES[architecture]
+    cls = getattr(importlib.import_module(module), cfg_cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = {k: v for k, v in fields.items() if k not in names}
+    if unknown:
+        from_dict(cls, unknown, path)            # raises from_dict's own unknown-field error
+    hints = typing.get_type_hints(cls)
+    for key, value in fields.items():
+        _coerce(value, hints[key], f"{path}.{key}")
+
+
 def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Module:
     """Load a genfeat checkpoint directory or a Hugging Face model directory.
 

@@ -35,7 +35,7 @@ from ..eval.metrics import perplexity
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
-from ..hub import load_checkpoint
+from ..hub import check_model_fields, load_checkpoint
 from ..models.elmo import ElmoBiLM, ElmoConfig, SpelledWordVocab, char_vocab_for
 from ..objectives.bilm import BiLMObjective
 from ..runner import register_method
@@ -87,6 +87,7 @@ class ElmoRecipe(Config):
             if key in self.model:
                 raise ConfigError(f"model.{key} is set in the recipe",
                                   f"drop model.{key}: it comes from the vocabulary")
+        check_model_fields("elmo", self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 

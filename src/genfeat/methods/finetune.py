@@ -68,6 +68,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sys
 import tempfile
 import time
@@ -84,8 +85,8 @@ from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.trainer import to_device
-from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
-                   save_pretrained, vocab_fingerprint)
+from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
+                   checkpoint_config, load_checkpoint, save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, check_backbone, fine_tunable,
                             get_adapter)
@@ -207,6 +208,8 @@ class FineTuneRecipe(Config):
         if (self.init is not None or self.pretrain is not None) and (self.model or self.tokenizer):
             raise ConfigError(f"the recipe sets {'init' if self.init is not None else 'pretrain'} and also "
                               "model/tokenizer", "drop model and tokenizer: the pretrained checkpoint brings its own")
+        if self.backbone in ARCHITECTURES:
+            check_model_fields(self.backbone, self.model)
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -531,6 +534,20 @@ def subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
     return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
 
 
+def _stage_error(e: ConfigError, stage: PretrainStage) -> ConfigError:
+    """``e``, raised reading the pretraining recipe with ``stage.overrides``, as one of the fine-tuning recipe:
+    when the overrides caused it, the fields it names get their full dotted path (``model.d_modl`` ->
+    ``pretrain.overrides.model.d_modl``, its did-you-mean too); else it is the recipe file's, as it says."""
+    try:
+        load_recipe(stage.recipe, pretraining=True)
+    except ConfigError:
+        return ConfigError(f"pretrain stage: {e.cause}", e.fix)
+    sections = "|".join(sorted({re.escape(key.split(".")[0]) for key in dotted(stage.overrides)}))
+    field_name = re.compile(rf"'(?:--)?((?:{sections})(?:\.[\w.]+)?)'")
+    cause, fix = (field_name.sub(r"'pretrain.overrides.\1'", text) for text in (e.cause, e.fix))
+    return ConfigError(f"pretrain stage: {cause}", fix)
+
+
 def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
                    resume: bool = False) -> tuple[FineTuneRecipe, dict[str, float]]:
     """Run ``cfg.pretrain`` with ``seed`` into OUT/pretrain (module docstring, "Two phases").
@@ -559,7 +576,7 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     try:
         method, pre_cfg = load_recipe(stage.recipe, dotted(stage.overrides), pretraining=True)
     except ConfigError as e:
-        raise ConfigError(f"pretrain stage: {e.cause}", e.fix) from None
+        raise _stage_error(e, stage) from None
     where = Path(out_dir) / "pretrain"
     done = where / "results.json"
     # what this stage trains (its recipe but the loop settings of its train section, which a resume may change),
