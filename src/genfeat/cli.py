@@ -452,7 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Reads paragraphs (a .jsonl file of {context, answers?} objects, answers in SQuAD's "
                                    "form, or a text file with one paragraph per line); paragraphs without answers get "
                                    "answer chunks extracted (genfeat.data.answer_chunks). Writes one JSON object per "
-                                   "question: id, paragraph_id, answer, answer_start, question, log_prob.")
+                                   "question: id, paragraph_id, answer, answer_start, question, log_prob. The id is "
+                                   "PARAGRAPH_ID#ANSWER_START+ANSWER_LENGTH (characters; e.g. line2#13+7), one per "
+                                   "answer span and the same in every run; paragraph_id is the object's 'id', else "
+                                   "line<N>.")
     q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen, "
                    "OUT/final/g of method gdan) or a GDAN run's OUT/last or OUT/g_mle/last (a setting with a generator)")
     q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")
