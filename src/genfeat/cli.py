@@ -109,18 +109,25 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, _fmt(result))
 
 
-def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",)):
-    """The model of checkpoint ``path`` on ``device`` and its vocabulary (which it must have: text is encoded
-    with it); the model must be one of ``architectures``."""
+def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",),
+             data: str | None = None):
+    """The model of checkpoint ``path`` on ``device`` and its vocabulary; the model must be one of ``architectures``.
+    The vocabulary must be there unless ``data`` (what is scored; None: text is generated) is a file of token
+    ids (.npy), which are scored as they are: text encoded with a vocabulary rebuilt from it would be other ids
+    than the model's."""
+    from pathlib import Path
+
     from .framework.trainer import resolve_device
-    from .hub import architecture_of, load_checkpoint
+    from .hub import architecture_of, load_checkpoint, require_vocabulary
 
     target = resolve_device(device, "--device")
-    model, vocab = load_checkpoint(path, require_vocab=True)
+    model, vocab = load_checkpoint(path)
     arch = architecture_of(model)
     if arch not in architectures:
         raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
                               f"pass a {' or '.join(architectures)} checkpoint")
+    if data is None or Path(data).suffix != ".npy":
+        require_vocabulary(vocab, path)
     return model.to(target), vocab
 
 
@@ -158,7 +165,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
              max_tokens=(0, "pass 0 (all tokens) or a positive count"), threads=(0, "pass 0 (default) or more"))
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, vocab = _load_lm(args.checkpoint, args.device)
+    model, vocab = _load_lm(args.checkpoint, args.device, data=args.data)
     from .eval.lm import evaluate_lm
 
     tokens, oov_rate = _eval_tokens(args.data, vocab, args.max_tokens)
@@ -236,7 +243,7 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
         if "=" not in item:
             raise ConfigError(f"--model '{item}' is not NAME=CHECKPOINT", "write e.g. --model xl=runs/ptb/final")
         name, path = item.split("=", 1)
-        model, vocab = _load_lm(path, args.device)
+        model, vocab = _load_lm(path, args.device, data=args.data)
         if vocab0 is not None and vocab is not None and len(vocab) != len(vocab0):
             raise ConfigError(f"model '{name}' has a vocabulary of {len(vocab)} types, the others {len(vocab0)}",
                               "compare models trained on the same corpus and vocabulary")

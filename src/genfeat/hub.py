@@ -246,11 +246,8 @@ def load_checkpoint(path: str | Path, architecture: str | None = None,
         from .data.tokenizers import load_tokenizer
 
         vocab, source = load_tokenizer(path), hf_tokenizer
-    if vocab is None and require_vocab:
-        raise CheckpointError(f"checkpoint '{path}' has no {VOCAB_FILE} (nor a Hugging Face tokenizer file: "
-                              f"{', '.join(HF_TOKENIZER_FILES)}), so text cannot be encoded with the ids the model "
-                              "was trained on", f"copy the run's {VOCAB_FILE} next to the weights (genfeat writes it "
-                              "into OUT/final and OUT/last)")
+    if require_vocab:
+        require_vocabulary(vocab, path)
     cfg = getattr(model, "config", None)
     n_token = getattr(cfg, "n_token", None)
     if vocab is not None and n_token is not None and len(vocab) not in (n_token, n_token + getattr(cfg, "n_special", 0)):
@@ -268,6 +265,19 @@ def load_checkpoint(path: str | Path, architecture: str | None = None,
     if vocab is not None and text_vocabulary is not None:
         vocab = text_vocabulary(vocab)
     return model, vocab
+
+
+def require_vocabulary(vocab: Any, path: str | Path) -> None:
+    """Refuse checkpoint ``path`` loaded without a vocabulary (``vocab`` None) for a use that encodes text.
+
+    Raises:
+        CheckpointError: naming the files looked for and the fix.
+    """
+    if vocab is None:
+        raise CheckpointError(f"checkpoint '{path}' has no {VOCAB_FILE} (nor a Hugging Face tokenizer file: "
+                              f"{', '.join(HF_TOKENIZER_FILES)}), so text cannot be encoded with the ids the model "
+                              "was trained on", f"copy the run's {VOCAB_FILE} next to the weights (genfeat writes it "
+                              "into OUT/final and OUT/last)")
 
 
 def check_resume_vocabulary(vocab, resume_from: Path | None) -> None:
