@@ -114,3 +114,22 @@ def test_download_of_an_archive_member_and_failures(tmp_path, monkeypatch):
             with pytest.raises(DataError, match=rf"is missing and downloading it from {url}/{name} failed .*{needle}"):
                 registry.resolve("served", "f")
             assert entries(tmp_path) == [], name
+
+
+def test_a_failed_download_leaves_no_folder_it_created(tmp_path, monkeypatch):
+    """GENFEAT_DATA=/nonexistent and a download that fails (404, wrong checksum) left /nonexistent/<dataset>/...
+    behind, empty; a folder that existed before, or one another file was written into meanwhile, is kept."""
+    with serve({"f.txt": CONTENT}) as (url, _):
+        for name, sha256, error in [("missing.txt", None, "HTTP Error 404"), ("f.txt", "0" * 64, "expected 0{64}")]:
+            monkeypatch.setenv("GENFEAT_DATA", str(tmp_path / "nonexistent"))
+            monkeypatch.setitem(registry._REGISTRY, "served", DatasetSpec("served", {
+                "f": FileSpec("glue/SST-2/f.txt", f"{url}/{name}", sha256)}))
+            with pytest.raises(DataError, match=error):
+                registry.resolve("served", "f")
+            assert not (tmp_path / "nonexistent").exists(), name
+        (tmp_path / "nonexistent" / "glue").mkdir(parents=True)
+        with pytest.raises(DataError, match="HTTP Error 404"):
+            monkeypatch.setitem(registry._REGISTRY, "served", DatasetSpec("served", {
+                "f": FileSpec("glue/SST-2/f.txt", f"{url}/missing.txt", None)}))
+            registry.resolve("served", "f")
+        assert [p.name for p in (tmp_path / "nonexistent").rglob("*")] == ["glue"]

@@ -86,3 +86,53 @@ def test_token_losses_context_window(model, tokens, c, seg):
         assert float(got[j]) == pytest.approx(float(ref), abs=1e-4)
     with pytest.raises(ValueError):
         token_losses(model, tokens, 0)
+
+
+def test_a_checkpoint_without_its_vocabulary_is_refused_not_scored_with_one_rebuilt_from_the_text(tmp_path, capsys):
+    """Without vocab.json, evaluate encoded the scored text with a vocabulary built from that text: 0% OOV and a
+    perplexity of other ids than the model's. Every command that encodes text with a checkpoint refuses it."""
+    from genfeat import cli
+    from genfeat.data.vocab import SymbolVocab
+    from genfeat.errors import CheckpointError
+    from genfeat.hub import build_model, load_checkpoint, save_pretrained
+
+    words = ["<unk>", "<eos>", *(f"w{i}" for i in range(95))]
+    ckpt = tmp_path / "final"
+    save_pretrained(tiny(0.0), ckpt, SymbolVocab(words, "word", unk="<unk>"))
+    w2v = tmp_path / "w2v"
+    save_pretrained(build_model("word2vec", {"vocab_size": 3, "dim": 2}), w2v, SymbolVocab(["a", "b", "c"], "word"))
+    (ckpt / "vocab.json").unlink()
+    (w2v / "vocab.json").unlink()
+    text = tmp_path / "text.txt"
+    text.write_text("w1 w2 w3 w4\n" * 20)
+    assert load_checkpoint(ckpt)[1] is None         # a checkpoint without vocabulary still loads as a model
+    with pytest.raises(CheckpointError, match="vocab.json"):
+        load_checkpoint(ckpt, require_vocab=True)
+    for argv in (["evaluate", "--checkpoint", str(ckpt), "--data", str(text), "--tgt-len", "4", "--mem-len", "4"],
+                 ["generate", "--checkpoint", str(ckpt), "--length", "3"],
+                 ["recl", "--model", f"a={ckpt}", "--data", str(text), "--contexts", "4", "8"],
+                 ["neighbours", "--checkpoint", str(w2v), "--word", "a"]):
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, argv
+        assert "no vocab.json" in err and "fix: copy the run's vocab.json next to the weights" in err, argv
+
+
+def test_a_truncated_checkpoint_outside_training_is_called_damaged_not_to_be_deleted(tmp_path, capsys):
+    from genfeat import cli
+    from genfeat.data.vocab import SymbolVocab
+    from genfeat.hub import save_pretrained
+
+    ckpt = tmp_path / "final"
+    save_pretrained(tiny(0.0), ckpt, SymbolVocab(["<unk>", "<eos>", *(f"w{i}" for i in range(95))], "word", unk="<unk>"))
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    text = tmp_path / "text.txt"
+    text.write_text("w1 w2 w3 w4\n" * 20)
+    for argv in (["evaluate", "--checkpoint", str(ckpt), "--data", str(text), "--tgt-len", "4", "--mem-len", "4"],
+                 ["generate", "--checkpoint", str(ckpt), "--length", "3"]):
+        code = cli.main(argv)
+        _, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "corrupt or truncated" in err, argv
+        fix = err.split("fix:", 1)[1]
+        assert "damaged" in fix and "delete" not in fix and "--resume" not in fix, argv

@@ -234,3 +234,27 @@ def test_gpt_auxiliary_lm_shares_the_task_loss_forward_pass(tmp_path):
     with pytest.raises(ConfigError, match="aux_lm_weight"):
         run_recipe("recipes/finetune/debug.yaml", {"aux_lm_weight": 0.5, "steps": 1}, [0], out_dir=tmp_path / "b",
                    progress=False)
+
+
+@needs_glue
+def test_init_of_a_model_that_is_no_backbone_is_one_checkpoint_error_and_out_stays_absent(tmp_path, capsys):
+    """A word2vec model or GDAN's question generator as init: one CheckpointError naming the architecture found
+    and those fine-tuning takes (it was an AttributeError on the missing n_token / d_model), no OUT folder left;
+    ``evaluate --task`` on them does not advise fine-tuning them."""
+    from genfeat.data.vocab import SymbolVocab
+    from genfeat.errors import CheckpointError
+    from genfeat.hub import build_model, save_pretrained
+
+    vocab = SymbolVocab(["<unk>", "a", "b", "c"], "word", unk="<unk>")
+    w2v = tmp_path / "w2v"
+    save_pretrained(build_model("word2vec", {"vocab_size": len(vocab), "dim": 4}), w2v, vocab)
+    out = tmp_path / "out"
+    recipe = tmp_path / "ft.yaml"
+    recipe.write_text(f"method: finetune\ninit: {w2v}\nsteps: 1\n"
+                      "data: {task: sst2, max_train_examples: 8, max_eval_examples: 4}\n")
+    with pytest.raises(CheckpointError) as e:
+        run_recipe(recipe, {}, [0], out_dir=out, progress=False)
+    assert "word2vec model" in e.value.cause and "bert" in e.value.cause and "xlnet" in e.value.cause
+    assert not out.exists()
+    code, _, err = _main(["evaluate", "--checkpoint", str(w2v), "--task", "sst2"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be fine-tuned" in err and "init:" not in err

@@ -201,7 +201,12 @@ def test_corrupt_or_mismatched_checkpoints_give_clear_errors(tmp_path):
     for corrupt in (b"\x00garbage", good[:-7], bytes(range(256)) * 4):
         (tmp_path / "c" / ckpt.MODEL_FILE).write_bytes(corrupt)
         with pytest.raises(CheckpointError, match="is corrupt or truncated.*fix: delete .* without --resume"):
+            ckpt.load_for_resume(tmp_path / "c", TwoHead())
+        # a model loaded for use (evaluate, generate, a fine-tuning init) is never to be deleted, nor resumed
+        with pytest.raises(CheckpointError, match="is corrupt or truncated.*fix: the file is damaged: export or "
+                                                  "copy the checkpoint .* again") as e:
             ckpt.load_weights(tmp_path / "c", TwoHead())
+        assert "delete" not in e.value.fix and "--resume" not in e.value.fix
     with pytest.raises(CheckpointError, match="has no"):
         ckpt.load_trainer_state(tmp_path / "nowhere")
 

@@ -64,7 +64,7 @@ def test_generate_questions_cli(trained, tmp_path, capsys, monkeypatch):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert summary["questions"] == len(records) >= 3 and summary["paragraphs"] == 2
-    assert records[0]["id"] == "sb#49" and records[0]["answer"] == "Santa Clara"
+    assert records[0]["id"] == "sb#49+11" and records[0]["answer"] == "Santa Clara"
     assert {"University of Notre Dame", "1842"} <= {r["answer"] for r in records}
     assert all(len(r["question"].split()) <= 6 and r["log_prob"] < 0 for r in records)
     # without --out: p.questions.jsonl in the current directory, the same questions
@@ -174,3 +174,25 @@ def test_answer_examples_map_chunks_onto_words():
     assert len(two) == 2 and {e.uid for e in two} <= {e.uid for e in examples}
     cut = Paragraph(p.uid, p.text, p.tokens[:3], p.offsets[:3])  # "In 1848 ,"
     assert [cut.span_text(e.start, e.end) for e in answer_examples([cut], ChunkConfig(backend="rules"))] == ["1848"]
+
+
+def test_question_ids_are_unique_per_answer_span_and_stable(tmp_path):
+    """Two answers starting at one character ("capital", "capital of France") were both "line1#13": the id
+    holds the answer's start and length; an answer given twice is read once, a paragraph id given twice is
+    refused, and rule-based chunks get ids of the same form."""
+    from genfeat.errors import DataError
+    from genfeat.methods.question_gen import read_paragraphs
+
+    context = "Paris is the capital of France and its largest city."
+    answers = [{"text": t, "answer_start": context.index(t)} for t in ("capital", "capital of France", "capital")]
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"context": context, "answers": answers}) + "\n"
+                    + json.dumps({"context": "Hello there, Ada Lovelace."}) + "\n")
+    examples = read_paragraphs(path, ChunkConfig(backend="rules"))
+    ids = [ex.uid for ex in examples]
+    assert ids[:2] == ["line1#13+7", "line1#13+17"] and len(ids) == len(set(ids)) > 2
+    assert all(i.startswith("line2#") for i in ids[2:])
+    assert [ex.uid for ex in read_paragraphs(path, ChunkConfig(backend="rules"))] == ids
+    path.write_text(json.dumps({"id": "a", "context": context}) + "\n" + json.dumps({"id": "a", "context": "Hi Ada."}))
+    with pytest.raises(DataError, match="line 2 has paragraph id 'a', as line 1 has"):
+        read_paragraphs(path, ChunkConfig(backend="rules"))

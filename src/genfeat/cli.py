@@ -109,10 +109,16 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, _fmt(result))
 
 
-def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",)):
-    """The model of checkpoint ``path`` on ``device`` and its vocabulary; the model must be one of ``architectures``."""
+def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",),
+             data: str | None = None):
+    """The model of checkpoint ``path`` on ``device`` and its vocabulary; the model must be one of ``architectures``.
+    The vocabulary must be there unless ``data`` (what is scored; None: text is generated) is a file of token
+    ids (.npy), which are scored as they are: text encoded with a vocabulary rebuilt from it would be other ids
+    than the model's."""
+    from pathlib import Path
+
     from .framework.trainer import resolve_device
-    from .hub import architecture_of, load_checkpoint
+    from .hub import architecture_of, load_checkpoint, require_vocabulary
 
     target = resolve_device(device, "--device")
     model, vocab = load_checkpoint(path)
@@ -120,6 +126,8 @@ def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("
     if arch not in architectures:
         raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
                               f"pass a {' or '.join(architectures)} checkpoint")
+    if data is None or Path(data).suffix != ".npy":
+        require_vocabulary(vocab, path)
     return model.to(target), vocab
 
 
@@ -157,7 +165,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
              max_tokens=(0, "pass 0 (all tokens) or a positive count"), threads=(0, "pass 0 (default) or more"))
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, vocab = _load_lm(args.checkpoint, args.device)
+    model, vocab = _load_lm(args.checkpoint, args.device, data=args.data)
     from .eval.lm import evaluate_lm
 
     tokens, oov_rate = _eval_tokens(args.data, vocab, args.max_tokens)
@@ -196,9 +204,6 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
     if gpt and args.mem_len is not None:
         raise ConfigError(f"--mem-len is a Transformer-XL memory, but '{args.checkpoint}' holds a GPT model, which "
                           "attends over every earlier position", "drop --mem-len")
-    if vocab is None:
-        raise ConfigError(f"checkpoint '{args.checkpoint}' has no vocab.json, so a text prompt cannot be encoded",
-                          "save the model with its vocabulary (genfeat checkpoints include it)")
     ids = vocab.encode(args.prompt) if args.prompt else []
     if not ids:
         ids = [0]
@@ -238,7 +243,7 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
         if "=" not in item:
             raise ConfigError(f"--model '{item}' is not NAME=CHECKPOINT", "write e.g. --model xl=runs/ptb/final")
         name, path = item.split("=", 1)
-        model, vocab = _load_lm(path, args.device)
+        model, vocab = _load_lm(path, args.device, data=args.data)
         if vocab0 is not None and vocab is not None and len(vocab) != len(vocab0):
             raise ConfigError(f"model '{name}' has a vocabulary of {len(vocab)} types, the others {len(vocab0)}",
                               "compare models trained on the same corpus and vocabulary")
@@ -331,7 +336,7 @@ def cmd_neighbours(args: argparse.Namespace, extra: list[str]) -> None:
 
     _no_extra(extra)
     _require(args, top=(1, "pass --top 1 or more"))
-    model, vocab = load_checkpoint(args.checkpoint, "word2vec")
+    model, vocab = load_checkpoint(args.checkpoint, "word2vec", require_vocab=True)
     found = nearest_neighbours(model.vectors, vocab.symbols, args.word, args.top)
     result = {"word": args.word, "neighbours": [{"word": w, "cosine": c} for w, c in found]}
     _emit(result, args.json, "\n".join(f"{w}\t{c:.4f}" for w, c in found))
@@ -454,7 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Reads paragraphs (a .jsonl file of {context, answers?} objects, answers in SQuAD's "
                                    "form, or a text file with one paragraph per line); paragraphs without answers get "
                                    "answer chunks extracted (genfeat.data.answer_chunks). Writes one JSON object per "
-                                   "question: id, paragraph_id, answer, answer_start, question, log_prob.")
+                                   "question: id, paragraph_id, answer, answer_start, question, log_prob. The id is "
+                                   "PARAGRAPH_ID#ANSWER_START+ANSWER_LENGTH (characters; e.g. line2#13+7), one per "
+                                   "answer span and the same in every run; paragraph_id is the object's 'id', else "
+                                   "line<N>.")
     q.add_argument("--checkpoint", required=True, help="a question_gen checkpoint (OUT/final of method question_gen, "
                    "OUT/final/g of method gdan) or a GDAN run's OUT/last or OUT/g_mle/last (a setting with a generator)")
     q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")

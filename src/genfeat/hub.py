@@ -128,6 +128,30 @@ def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
     return getattr(mod, model_cls)(cfg)
 
 
+def check_model_fields(architecture: str, fields: dict[str, Any], path: str = "model") -> None:
+    """Refuse a name in a recipe's ``model`` section that ``architecture``'s config has not, or a value of the
+    wrong type, when the recipe is read: the config itself is built (and its checks across fields run) only
+    once the tokenizer has set n_token, after work and writes.
+
+    Raises:
+        ConfigError: an unknown field (named by its dotted path, with the closest known name) or a wrong type.
+    """
+    import dataclasses
+    import typing
+
+    from .config import _coerce
+
+    module, cfg_cls, _ = ARCHITECTURES[architecture]
+    cls = getattr(importlib.import_module(module), cfg_cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = {k: v for k, v in fields.items() if k not in names}
+    if unknown:
+        from_dict(cls, unknown, path)            # raises from_dict's own unknown-field error
+    hints = typing.get_type_hints(cls)
+    for key, value in fields.items():
+        _coerce(value, hints[key], f"{path}.{key}")
+
+
 def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Module:
     """Load a genfeat checkpoint directory or a Hugging Face model directory.
 
@@ -190,7 +214,8 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
                            (lambda d: vocab.save(d / VOCAB_FILE)) if vocab is not None else None)
 
 
-def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[nn.Module, Any]:
+def load_checkpoint(path: str | Path, architecture: str | None = None,
+                    require_vocab: bool = False) -> tuple[nn.Module, Any]:
     """``from_pretrained`` plus the vocabulary saved beside the weights (None when there is none): genfeat's
     vocab.json, else a Hugging Face tokenizer (tokenizer.json, vocab.txt or spiece.model). In a Hugging
     Face directory with a tokenizer file, vocab.json is that tokenizer's (GPT's BPE vocabulary), not genfeat's.
@@ -201,7 +226,15 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
 
     A model with fine-tuning special tokens (GPT-1's n_special) may come with the pretrained vocabulary
     or with one that includes them. A model (or fine-tuned model's backbone) with a ``text_vocabulary(vocab)``
-    method gets the vocabulary it returns (ELMo's spells words outside the saved one)."""
+    method gets the vocabulary it returns (ELMo's spells words outside the saved one).
+
+    Args:
+        require_vocab: refuse a checkpoint without a vocabulary (every use that encodes text: a vocabulary
+            rebuilt from the text to score would give other ids than the model was trained on, and silently
+            wrong figures).
+    Raises:
+        CheckpointError: another architecture, a vocabulary that is not the model's, none with ``require_vocab``.
+    """
     model = from_pretrained(path, architecture)
     vocab, source = None, VOCAB_FILE
     hf_tokenizer = next((name for name in HF_TOKENIZER_FILES if (Path(path) / name).is_file()), None)
@@ -213,6 +246,8 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
         from .data.tokenizers import load_tokenizer
 
         vocab, source = load_tokenizer(path), hf_tokenizer
+    if require_vocab:
+        require_vocabulary(vocab, path)
     cfg = getattr(model, "config", None)
     n_token = getattr(cfg, "n_token", None)
     if vocab is not None and n_token is not None and len(vocab) not in (n_token, n_token + getattr(cfg, "n_special", 0)):
@@ -230,6 +265,19 @@ def load_checkpoint(path: str | Path, architecture: str | None = None) -> tuple[
     if vocab is not None and text_vocabulary is not None:
         vocab = text_vocabulary(vocab)
     return model, vocab
+
+
+def require_vocabulary(vocab: Any, path: str | Path) -> None:
+    """Refuse checkpoint ``path`` loaded without a vocabulary (``vocab`` None) for a use that encodes text.
+
+    Raises:
+        CheckpointError: naming the files looked for and the fix.
+    """
+    if vocab is None:
+        raise CheckpointError(f"checkpoint '{path}' has no {VOCAB_FILE} (nor a Hugging Face tokenizer file: "
+                              f"{', '.join(HF_TOKENIZER_FILES)}), so text cannot be encoded with the ids the model "
+                              "was trained on", f"copy the run's {VOCAB_FILE} next to the weights (genfeat writes it "
+                              "into OUT/final and OUT/last)")
 
 
 def check_resume_vocabulary(vocab, resume_from: Path | None) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import apply_overrides, from_dict, load_yaml
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError, GenfeatError
 
 Runner = Callable[..., dict[str, float]]
 
@@ -92,6 +92,54 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None,
     return method, from_dict(method.config_cls, data)
 
 
+def _writers(recipe: Any) -> list[str]:
+    """The methods whose config accepts ``recipe`` (a checkpoint's saved recipe): the method that wrote it
+    (every method's recipe has fields or sections of its own)."""
+    if not isinstance(recipe, dict):
+        return []
+    _import_methods()
+    found = []
+    for name, spec in sorted(_METHODS.items()):
+        try:
+            from_dict(spec.config_cls, recipe, "recipe")
+        except (GenfeatError, ValueError, TypeError):
+            continue
+        found.append(name)
+    return found
+
+
+def check_resume_method(method: MethodSpec, out_dir: str | Path) -> None:
+    """A resumed run continues a checkpoint of its own method: refuse OUT/last (or its backup) written by
+    another one, before any work or write (its model, vocabulary and training state mean something else,
+    and a method would otherwise fail on one of them with a misleading cause, after writing its tokenizer
+    into OUT).
+
+    The checkpoint's method is its config.json's ``method`` when present, else the method whose config
+    accepts the recipe saved in config.json. A directory without a checkpoint, or one whose method cannot be
+    told (no recipe, or one no method accepts), is left to the method's own checks.
+
+    Raises:
+        CheckpointError: OUT/last is another method's checkpoint.
+    """
+    from .framework.checkpoint import CONFIG_FILE, read_config, resume_dir
+
+    try:
+        last = resume_dir(Path(out_dir) / "last")
+    except CheckpointError:
+        return
+    if not (last / CONFIG_FILE).is_file():
+        return
+    saved = read_config(last)
+    writers = [saved["method"]] if isinstance(saved.get("method"), str) else _writers(saved.get("recipe"))
+    if not writers or method.name in writers:
+        return
+    arch = saved.get("architecture")
+    raise CheckpointError(f"--resume: '{last}' is a checkpoint of method {' or '.join(writers)}"
+                          f"{f' (a {arch} model)' if isinstance(arch, str) else ''}, and this recipe is of method "
+                          f"{method.name}", f"resume it with the {' or '.join(writers)} recipe it was trained with, or "
+                          f"give this {method.name} run another --out")
+
+
 def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     """Mean, standard deviation (sample, ddof=1; 0 for one run) and median of every metric over runs."""
     out: dict[str, Any] = {}
@@ -111,6 +159,8 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     if resume and len(seeds) > 1:
         raise ConfigError("--resume continues one run, but several seeds were asked for", "resume one seed at a time")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
+    if resume:
+        check_resume_method(method, base)
     t0 = time.time()
     runs = []
     for seed in seeds:

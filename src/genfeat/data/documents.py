@@ -451,7 +451,9 @@ def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowerca
                        out_dir: Path | None, resume: bool, train_device: str = "auto"):
     """The tokenizer of a pretraining run: the folder ``tokenizer`` when given; else the one trained into
     OUT/tokenizer (read back when resuming), or one trained on the sentences of ``docs`` (kind
-    ``wordpiece`` or ``sentencepiece``) into OUT/tokenizer (a temporary folder without OUT).
+    ``wordpiece`` or ``sentencepiece``) into OUT/tokenizer (a temporary folder without OUT, or when resuming
+    a run that has no OUT/tokenizer: that one is compared with the checkpoint's vocabulary before anything
+    is written into OUT).
 
     Under torchrun only rank 0 trains (WordPiece training breaks ties in a per-process order, so two
     ranks could disagree); the others wait for it and read OUT/tokenizer. This joins the process
@@ -477,7 +479,7 @@ def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowerca
             _train_on(docs, cfg, out_dir)
         torch.distributed.barrier()
         return load_tokenizer(Path(out_dir) / "tokenizer")
-    return _train_on(docs, cfg, out_dir)
+    return _train_on(docs, cfg, None if resume else out_dir)
 
 
 def _train_on(docs: list[Document], cfg, out_dir: Path | None):

@@ -116,13 +116,20 @@ def reader_questions(questions: torch.Tensor, vocab: SymbolVocab) -> tuple[torch
     return ids, keep
 
 
+def answer_uid(paragraph_uid: str, start: int, text: str) -> str:
+    """The id of the answer ``text`` at character ``start`` of a paragraph: ``<paragraph uid>#<start>+<length>``
+    (``line2#13+7``), unique for every distinct answer span (two answers starting at one character, "capital"
+    and "capital of France", differ in length) and the same in every run."""
+    return f"{paragraph_uid}#{start}+{len(text)}"
+
+
 def answer_examples(paragraphs: Sequence[Paragraph], cfg: ChunkConfig | None = None, per_paragraph: int = 0,
                     seed: int = 0) -> list[QAExample]:
     """One example with an empty question per answer chunk of each paragraph (the inputs of U_G).
 
     Chunks are found on the paragraph's text (:func:`genfeat.data.answer_chunks.extract_many`) and mapped
     to the paragraph's words; a chunk beyond a cut paragraph's last word is skipped. The uid is
-    ``<paragraph uid>#<character start>``.
+    :func:`answer_uid`'s.
 
     Args:
         per_paragraph: keep at most this many chunks per paragraph, drawn with ``seed`` (0: all).
@@ -134,7 +141,7 @@ def answer_examples(paragraphs: Sequence[Paragraph], cfg: ChunkConfig | None = N
         for c in chunks:
             span = p.word_span(c.start, c.end)
             if span is not None and c.end <= p.offsets[-1][1]:
-                found.append(QAExample(f"{p.uid}#{c.start}", p, (), span[0], span[1], (c.text,)))
+                found.append(QAExample(answer_uid(p.uid, c.start, c.text), p, (), span[0], span[1], (c.text,)))
         if per_paragraph and len(found) > per_paragraph:
             found = [found[i] for i in sorted(rng.sample(range(len(found)), per_paragraph))]
         out.extend(found)

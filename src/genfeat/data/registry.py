@@ -123,7 +123,21 @@ def verify(path: Path, spec: FileSpec, download: Path | None = None) -> None:
 
 
 def _download(spec: FileSpec, dest: Path) -> None:
-    """Fetch ``spec.url`` to ``dest`` atomically (extracting ``archive_member`` from a zip)."""
+    """Fetch ``spec.url`` to ``dest`` atomically (extracting ``archive_member`` from a zip). The folders it
+    creates for ``dest`` are removed again when the download fails, so a failed attempt leaves nothing."""
+    created = [folder for folder in dest.parents if not folder.exists()]      # deepest first
+    try:
+        _fetch(spec, dest)
+    except BaseException:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:                  # not empty (another process wrote into it) or gone: keep the rest
+                break
+        raise
+
+
+def _fetch(spec: FileSpec, dest: Path) -> None:
     try:
         with atomic_path(dest) as tmp:
             with urllib.request.urlopen(spec.url, timeout=60) as resp, open(tmp, "wb") as out:

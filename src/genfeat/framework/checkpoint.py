@@ -112,8 +112,13 @@ def resume_dir(path: str | Path) -> Path:
                           "run without --resume first, or pass the --out of the run to continue")
 
 
-def _corrupt_fix(path: str | Path) -> str:
-    return f"delete '{path}' and re-run without --resume (or resume from another checkpoint)"
+def _corrupt_fix(path: str | Path, resuming: bool = True) -> str:
+    """What to do about a damaged file of checkpoint ``path``: a training checkpoint being resumed is only
+    a stage of its run (start the run again); a model being loaded is somebody's result, never to delete."""
+    if resuming:
+        return f"delete '{path}' and re-run without --resume (or resume from another checkpoint)"
+    return (f"the file is damaged: export or copy the checkpoint '{path}' again from where it was written, "
+            "or use another checkpoint")
 
 
 def _short(value: Any) -> str:
@@ -145,7 +150,8 @@ def _config_differences(path: Path, config: dict[str, Any] | None) -> list[str]:
     return list(islice(_differences({k: saved.get(k) for k in keys}, {k: current.get(k) for k in keys}, "config"), 5))
 
 
-def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | None = None) -> None:
+def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | None = None,
+                 resuming: bool = False) -> None:
     """Load model.safetensors of checkpoint ``path`` into ``model`` (strict).
 
     Args:
@@ -153,6 +159,8 @@ def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | No
         model: receives the weights; the file must hold exactly its tensors, in its shapes.
         config: this model's description as :func:`save_checkpoint` writes it (default None); when
             given and the checkpoint has a config.json, a mismatch names the model fields that differ.
+        resuming: the weights continue a training run (:func:`load_for_resume`), which the fix of an error
+            says; False: a model is loaded for use (evaluate, generate, a fine-tuning init).
     Raises:
         CheckpointError: the file is missing, corrupt or truncated, or holds another model (the
             message names the differing config fields and parameters).
@@ -166,7 +174,7 @@ def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | No
         with safe_open(str(file), framework="pt") as f:
             saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except SafetensorError as e:
-        raise CheckpointError(f"'{file}' is corrupt or truncated ({e})", _corrupt_fix(path)) from None
+        raise CheckpointError(f"'{file}' is corrupt or truncated ({e})", _corrupt_fix(path, resuming)) from None
     current = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     resized = sorted(k for k in saved.keys() & current.keys() if saved[k] != current[k])
     # A shape mismatch is found before loading: torch would copy the matching tensors and then raise.
@@ -181,7 +189,8 @@ def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | No
         found.append(f"not in this model: {sorted(unexpected)[:5]}")
     raise CheckpointError(f"checkpoint '{path}' holds another model than this one ({'; '.join(found)})",
                           "use the model settings it was trained with (its config.json), or train a new model "
-                          "without --resume")
+                          "without --resume" if resuming else "its weights do not match its config.json: export or "
+                          "copy the checkpoint again from where it was written, or use another checkpoint")
 
 
 def _check_same_files(path: Path, write: Callable[[Path], None]) -> None:
@@ -227,7 +236,7 @@ def load_for_resume(path: str | Path, model: nn.Module, config: dict[str, Any] |
     path = Path(path)
     if extra is not None:
         _check_same_files(path, extra)
-    load_weights(path, model, config)
+    load_weights(path, model, config, resuming=True)
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:

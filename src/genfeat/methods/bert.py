@@ -39,7 +39,7 @@ from ..eval.held_out import evaluate_objective, row_batches
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
-from ..hub import check_resume_vocabulary
+from ..hub import check_model_fields, check_resume_vocabulary
 from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..runner import register_method
 from .pretraining import train_and_save
@@ -81,6 +81,7 @@ class BertRecipe(Config):
             if key in self.model:
                 raise ConfigError(f"model.{key} is set in the recipe",
                                   f"drop model.{key}: it comes from the tokenizer (n_token, pad_id) or objective.nsp")
+        check_model_fields("bert", self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 

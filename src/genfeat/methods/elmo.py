@@ -29,13 +29,13 @@ from typing import Any
 import torch
 
 from ..config import Config, from_dict
-from ..errors import CheckpointError, ConfigError, DataError
+from ..errors import ConfigError, DataError
 from ..eval.held_out import evaluate_objective, row_batches
 from ..eval.metrics import perplexity
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.stream import TensorStream
-from ..hub import VOCAB_FILE, load_checkpoint
+from ..hub import check_model_fields, load_checkpoint
 from ..models.elmo import ElmoBiLM, ElmoConfig, SpelledWordVocab, char_vocab_for
 from ..objectives.bilm import BiLMObjective
 from ..runner import register_method
@@ -87,6 +87,7 @@ class ElmoRecipe(Config):
             if key in self.model:
                 raise ConfigError(f"model.{key} is set in the recipe",
                                   f"drop model.{key}: it comes from the vocabulary")
+        check_model_fields("elmo", self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 
@@ -116,9 +117,7 @@ def load_elmo(path: str | Path):
 
     The word vocabulary is the one saved with it (words outside it are ``<unk>``, as the LM loss reads them);
     ``hub.load_checkpoint`` gives the :class:`~genfeat.models.elmo.SpelledWordVocab` that spells every word."""
-    model, vocab = load_checkpoint(path, architecture="elmo")
-    if vocab is None:
-        raise CheckpointError(f"ELMo checkpoint '{path}' has no {VOCAB_FILE}", "restore the vocabulary saved with it")
+    model, vocab = load_checkpoint(path, architecture="elmo", require_vocab=True)
     if not isinstance(vocab, SpelledWordVocab):
         vocab = model.text_vocabulary(vocab)
     return model, vocab.base, vocab.chars

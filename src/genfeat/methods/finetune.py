@@ -68,6 +68,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import sys
 import tempfile
 import time
@@ -84,12 +85,13 @@ from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import resume_dir
 from ..framework.trainer import to_device
-from ..hub import (VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, checkpoint_config, load_checkpoint,
-                   save_pretrained, vocab_fingerprint)
+from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
+                   checkpoint_config, load_checkpoint, save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
-from ..models.heads import ADAPTERS, MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
+from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, check_backbone, fine_tunable,
+                            get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
-from ..runner import load_recipe, register_method
+from ..runner import check_resume_method, load_recipe, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
 from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
 
@@ -206,6 +208,8 @@ class FineTuneRecipe(Config):
         if (self.init is not None or self.pretrain is not None) and (self.model or self.tokenizer):
             raise ConfigError(f"the recipe sets {'init' if self.init is not None else 'pretrain'} and also "
                               "model/tokenizer", "drop model and tokenizer: the pretrained checkpoint brings its own")
+        if self.backbone in ARCHITECTURES:
+            check_model_fields(self.backbone, self.model)
 
 
 # ------------------------------------------------------------------------------------------- inputs
@@ -458,7 +462,9 @@ def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
 
 
 def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, resume: bool):
-    """``cfg.tokenizer``; else one trained on ``texts`` into OUT/tokenizer (read back when resuming)."""
+    """``cfg.tokenizer``; else one trained on ``texts`` into OUT/tokenizer (read back when resuming; a resumed
+    run without one trains it in a temporary folder, for the checkpoint's vocabulary to be compared with, and
+    writes nothing into OUT)."""
     from ..data.tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
 
     if cfg.tokenizer is not None:
@@ -472,7 +478,7 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         corpus.write_text("\n".join(" ".join(t.split()) for t in texts) + "\n", encoding="utf-8")
-        where = Path(out_dir) / "tokenizer" if out_dir is not None else Path(tmp) / "tokenizer"
+        where = Path(out_dir) / "tokenizer" if out_dir is not None and not resume else Path(tmp) / "tokenizer"
         return train_tokenizer(TokenizerConfig(kind, cfg.vocab_size, lowercase=False), corpus, where)
 
 
@@ -488,6 +494,7 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
         if isinstance(backbone, FineTuneModel):
             backbone = backbone.backbone
         arch = architecture_of(backbone)
+        check_backbone(arch, cfg.init)
         check_vocab(backbone, vocab, cfg.init)
         if cfg.finetune_bilm is not None:
             if arch != "elmo":
@@ -527,6 +534,20 @@ def subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
     return [examples[i] for i in sorted(random.Random(seed).sample(range(len(examples)), n))]
 
 
+def _stage_error(e: ConfigError, stage: PretrainStage) -> ConfigError:
+    """``e``, raised reading the pretraining recipe with ``stage.overrides``, as one of the fine-tuning recipe:
+    when the overrides caused it, the fields it names get their full dotted path (``model.d_modl`` ->
+    ``pretrain.overrides.model.d_modl``, its did-you-mean too); else it is the recipe file's, as it says."""
+    try:
+        load_recipe(stage.recipe, pretraining=True)
+    except ConfigError:
+        return ConfigError(f"pretrain stage: {e.cause}", e.fix)
+    sections = "|".join(sorted({re.escape(key.split(".")[0]) for key in dotted(stage.overrides)}))
+    field_name = re.compile(rf"'(?:--)?((?:{sections})(?:\.[\w.]+)?)'")
+    cause, fix = (field_name.sub(r"'pretrain.overrides.\1'", text) for text in (e.cause, e.fix))
+    return ConfigError(f"pretrain stage: {cause}", fix)
+
+
 def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
                    resume: bool = False) -> tuple[FineTuneRecipe, dict[str, float]]:
     """Run ``cfg.pretrain`` with ``seed`` into OUT/pretrain (module docstring, "Two phases").
@@ -555,7 +576,7 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     try:
         method, pre_cfg = load_recipe(stage.recipe, dotted(stage.overrides), pretraining=True)
     except ConfigError as e:
-        raise ConfigError(f"pretrain stage: {e.cause}", e.fix) from None
+        raise _stage_error(e, stage) from None
     where = Path(out_dir) / "pretrain"
     done = where / "results.json"
     # what this stage trains (its recipe but the loop settings of its train section, which a resume may change),
@@ -572,6 +593,8 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     if resume and done.is_file() and (where / "final").is_dir():
         figures = json.loads(done.read_text())
     else:
+        if resume:
+            check_resume_method(method, where)
         write_json_atomic(stage_file, wanted)
         figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -604,8 +627,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     train_ex = subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
     dev_ex = subset(dev_ex, d.max_eval_examples)
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    # OUT is created by the first file written into it (a tokenizer, the log, a checkpoint), so a run refused
+    # before that leaves no empty folder
     seed_everything(seed)
     model, vocab = build_model_and_vocab(cfg, spec, train_ex, out_dir, resume)
     if d.max_len > getattr(model.backbone.config, "max_position", d.max_len):
@@ -691,7 +714,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
         arch = architecture_of(model)
         raise CheckpointError(f"checkpoint '{checkpoint}' holds a {arch} model without a task head",
                               f"fine-tune it first (method: finetune, init: {checkpoint}) and evaluate the fine-tuned "
-                              "OUT/final" if arch in ADAPTERS else f"a {arch} model cannot be fine-tuned: its figures "
+                              "OUT/final" if arch in fine_tunable() else f"a {arch} model cannot be fine-tuned: its figures "
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
     check_head(model, spec, checkpoint)

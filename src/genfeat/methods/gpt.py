@@ -38,7 +38,7 @@ from ..errors import ConfigError
 from ..eval.held_out import evaluate_objective
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
-from ..hub import ARCHITECTURES, check_resume_vocabulary
+from ..hub import ARCHITECTURES, check_model_fields, check_resume_vocabulary
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
 from .pretraining import train_and_save
@@ -104,6 +104,7 @@ class GPTRecipe(Config):
             if key in self.model:
                 raise ConfigError(f"model.{key} is set in the recipe",
                                   f"drop model.{key}: the tokenizer sets n_token, fine-tuning adds special tokens")
+        check_model_fields(self.architecture, self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 

@@ -37,7 +37,7 @@ import torch
 from ..config import Config, from_dict, to_dict
 from ..data.answer_chunks import ChunkConfig
 from ..data.gdan import BOS, EOS, PAD, GDANDataConfig, Paragraph, QAExample, CollatedStream, build_vocab, load_gdan_data
-from ..data.question_gen import answer_examples, collate_qg, question_words
+from ..data.question_gen import answer_examples, answer_uid, collate_qg, question_words
 from ..data.vocab import SymbolVocab, load_vocab
 from ..errors import CheckpointError, DataError
 from ..eval.held_out import evaluate_objective
@@ -208,11 +208,13 @@ def read_paragraphs(path: str | Path, chunks: ChunkConfig, per_paragraph: int = 
     ``*.jsonl``: one object per line with ``context`` (the paragraph), optional ``id`` and optional
     ``answers`` (a list of ``{"text", "answer_start"}``, SQuAD's form); a paragraph without answers gets
     answer chunks extracted (:mod:`genfeat.data.answer_chunks`). Any other file: one paragraph per non-blank
-    line, answers extracted.
+    line, answers extracted. A paragraph's id is its ``id``, else ``line<n>``; an example's is
+    :func:`genfeat.data.question_gen.answer_uid`'s, ``<paragraph id>#<answer_start>+<length>``, and an answer
+    span given or found twice is one example.
 
     Raises:
         DataError: a missing or empty file, a line that is not a JSON object with a non-empty ``context``,
-            an answer not at its stated offset, naming the file and line.
+            an answer not at its stated offset, two paragraphs with one id, naming the file and line.
     """
     path = Path(path)
     if not path.is_file():
@@ -223,6 +225,8 @@ def read_paragraphs(path: str | Path, chunks: ChunkConfig, per_paragraph: int = 
         raise DataError(f"'{path}' is not UTF-8 text ({e.reason})", "save the file as UTF-8") from None
     given: list[QAExample] = []
     to_chunk: list[Paragraph] = []
+    lines_of: dict[str, int] = {}                         # paragraph id -> its line, for unique example ids
+    uids: set[str] = set()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -238,6 +242,9 @@ def read_paragraphs(path: str | Path, chunks: ChunkConfig, per_paragraph: int = 
         if not isinstance(context, str) or not context.strip():
             raise DataError(f"{where} has no non-empty 'context' string", 'write {"context": "paragraph text", ...}')
         p = Paragraph.of(str(record.get("id", f"line{n}")), context)
+        if lines_of.setdefault(p.uid, n) != n:
+            raise DataError(f"{where} has paragraph id {p.uid!r}, as line {lines_of[p.uid]} has",
+                            "give every paragraph its own id (or none: line<n> is used)")
         answers = record.get("answers") or []
         if not answers:
             to_chunk.append(p)
@@ -251,11 +258,18 @@ def read_paragraphs(path: str | Path, chunks: ChunkConfig, per_paragraph: int = 
             if span is None:
                 raise DataError(f"{where}: answer {text!r} is not at offset {start} of the context",
                                 "fix answer_start or the answer text")
-            given.append(QAExample(f"{p.uid}#{start}", p, (), span[0], span[1], (text,)))
+            uid = answer_uid(p.uid, start, text)
+            if uid not in uids:
+                uids.add(uid)
+                given.append(QAExample(uid, p, (), span[0], span[1], (text,)))
     if not given and not to_chunk:
         raise DataError(f"'{path}' holds no paragraphs", "write one paragraph per line")
     found = answer_examples(to_chunk, chunks, per_paragraph, seed) if to_chunk else []
-    examples = given + found
+    examples = given
+    for ex in found:                                  # a span two chunkers' rules both found: once
+        if ex.uid not in uids:
+            uids.add(ex.uid)
+            examples.append(ex)
     if not examples:
         raise DataError(f"no answer chunk was found in the paragraphs of '{path}'",
                         "give answers in a JSONL file ({'context': ..., 'answers': [...]}) or longer paragraphs")
@@ -277,7 +291,7 @@ def load_generator(path: str | Path) -> tuple[QuestionGenerator, SymbolVocab]:
 
     config = read_config(path)
     if config.get("architecture") != "gdan":
-        return load_checkpoint(path, ARCHITECTURE)
+        return load_checkpoint(path, ARCHITECTURE, require_vocab=True)
     recipe = config.get("recipe", {})
     if recipe.get("setting") not in GENERATOR_SETTINGS:
         raise CheckpointError(f"GDAN checkpoint '{path}' is of setting {recipe.get('setting')!r}, which has no "

@@ -17,6 +17,7 @@ from ..config import Config, from_dict
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
+from ..hub import check_model_fields
 from ..io import write_text_atomic
 from ..objectives.causal_lm import CausalLMObjective
 from ..runner import register_method
@@ -122,6 +123,7 @@ class TransformerXLRecipe(Config):
     """Optimizer steps."""
 
     def __post_init__(self):
+        check_model_fields("transformer_xl", self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 

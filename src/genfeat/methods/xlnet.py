@@ -46,7 +46,7 @@ from ..errors import ConfigError
 from ..eval.held_out import evaluate_objective
 from ..framework import OptimConfig, TrainConfig, seed_everything
 from ..framework.checkpoint import resume_dir
-from ..hub import check_resume_vocabulary
+from ..hub import check_model_fields, check_resume_vocabulary
 from ..objectives.masked_lm import MaskedLMConfig, MaskedLMObjective
 from ..objectives.permutation_lm import PermutationLMConfig, PermutationLMObjective
 from ..runner import register_method
@@ -87,6 +87,7 @@ class _PretrainingRecipe(Config):
             if key in self.model:
                 raise ConfigError(f"model.{key} is set in the recipe",
                                   f"drop model.{key}: it comes from the tokenizer (n_token) or objective.nsp")
+        check_model_fields("xlnet", self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 

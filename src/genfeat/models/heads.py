@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from ..config import Config, check_least, to_dict
 from ..data.vocab import EOS
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..tasks.transforms import InputFormat, Packed, input_format
 
 HeadKind = Literal["classification", "regression", "multiple_choice", "span"]
@@ -108,6 +108,16 @@ def register_adapter(architecture: str):
     return decorator
 
 
+def fine_tunable() -> list[str]:
+    """The architectures with a registered adapter, those registered in their own modules included (every
+    hub.ARCHITECTURES module is imported)."""
+    from ..hub import ARCHITECTURES
+
+    for module, _, _ in ARCHITECTURES.values():
+        importlib.import_module(module)
+    return sorted(ADAPTERS)
+
+
 def get_adapter(architecture: str) -> BackboneAdapter:
     """The adapter of ``architecture``; one registered in the architecture's own module (hub.ARCHITECTURES)
     is found by importing that module, so a fine-tuned checkpoint loads before anything imported it."""
@@ -118,9 +128,25 @@ def get_adapter(architecture: str) -> BackboneAdapter:
             importlib.import_module(ARCHITECTURES[architecture][0])
     if architecture not in ADAPTERS:
         raise ConfigError(f"no fine-tuning adapter for the {architecture} architecture",
-                          f"fine-tune one of {', '.join(sorted(ADAPTERS))}, or register an adapter with "
+                          f"fine-tune one of {', '.join(fine_tunable())}, or register an adapter with "
                           "genfeat.models.heads.register_adapter")
     return ADAPTERS[architecture]
+
+
+def check_backbone(architecture: str, where: str) -> BackboneAdapter:
+    """The adapter of a checkpoint's ``architecture``, found at ``where``.
+
+    Raises:
+        CheckpointError: no adapter serves it (a word2vec model, GDAN's question generator...), naming the
+            architectures fine-tuning accepts.
+    """
+    try:
+        return get_adapter(architecture)
+    except ConfigError:
+        raise CheckpointError(f"checkpoint '{where}' holds a {architecture} model, which cannot be fine-tuned "
+                              f"(fine-tuning takes a {', '.join(fine_tunable())} backbone)",
+                              "name a pretrained backbone of one of those architectures as init, e.g. the OUT/final "
+                              "of recipes/bert/pretrain.yaml") from None
 
 
 @register_adapter("bert")
