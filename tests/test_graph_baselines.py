@@ -15,7 +15,8 @@ import torch
 
 from genfeat.config import from_dict
 from genfeat.errors import ConfigError
-from genfeat.methods.graph_baselines import GraphBaselineRecipe, _dropout, _sparse_features
+from genfeat.methods.graph_baselines import GraphBaselineRecipe, _sparse_features
+from genfeat.models.node_classifier import sparse_dropout
 
 DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
 
@@ -70,16 +71,16 @@ def test_sparse_features_equal_dense(row_normalise):
 def test_sparse_dropout_keeps_zeros_and_rescales_stored_entries():
     dense = torch.tensor(_bag_of_words(400, 60))
     x = _sparse_features(sp.csr_matrix(dense.numpy()), False)
-    assert _dropout(x, 0.5, training=False) is x and _dropout(x, 0.0, training=True) is x
+    assert sparse_dropout(x, 0.5, training=False) is x and sparse_dropout(x, 0.0, training=True) is x
     torch.manual_seed(0)
-    out = _dropout(x, 0.25, training=True).to_dense()
+    out = sparse_dropout(x, 0.25, training=True).to_dense()
     assert (out[dense == 0] == 0).all()
     kept = out[dense != 0]
     assert torch.isin(kept, torch.tensor([0.0, 1 / 0.75])).all()
     # each stored entry is dropped with probability p (n ~ 1,400 entries: std of the rate ~ 0.012)
     assert abs(float((kept == 0).float().mean()) - 0.25) < 0.05
     dense_in = torch.rand(3, 4)
-    assert torch.equal(_dropout(dense_in, 0.5, training=False), dense_in)
+    assert torch.equal(sparse_dropout(dense_in, 0.5, training=False), dense_in)
 
 
 needs_cora = pytest.mark.skipif(not (DATA / "planetoid" / "ind.cora.x").is_file(), reason="Planetoid data not found")
