@@ -9,8 +9,7 @@ from torch import nn
 
 from genfeat.errors import ConfigError
 from genfeat.models.node_classifier import NodeOutput
-from genfeat.objectives.graph_regularisation import (EmbeddingMarginObjective, FullGraphStream,
-                                                     ManifoldRegularisationObjective)
+from genfeat.objectives.graph_regularisation import EmbeddingMarginObjective, FullGraphStream, ManifoldRegularisationObjective
 
 # the path 0 - 1 - 2, both directions of each edge (e = 4); labelled: node 0 (class 0), node 2 (class 1)
 EDGES = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
