@@ -4,9 +4,10 @@ A writer goes to a temporary file in the destination directory, is flushed and f
 then renamed over the destination (``os.replace`` is atomic on POSIX). A kill at any moment
 leaves either the old file or the new one, never a truncated one.
 
-``mkstemp``/``mkdtemp`` create their files private (0600/0700); before the rename they get the
-permissions an ordinary ``open``/``mkdir`` would have given them under the process umask, so
-results, checkpoints and plots stay readable by whoever may read the rest of the output.
+``mkstemp``/``mkdtemp`` create their files private (0600/0700), and so do some writers of their own
+(safetensors writes model.safetensors 0600); before the rename every file and folder written gets the
+permissions an ordinary ``open``/``mkdir`` would have given it under the process umask (0666/0777 less
+the umask), so results, checkpoints and plots stay readable by whoever may read the rest of the output.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _open_modes(root: Path) -> None:
+    """Give ``root`` and everything under it the mode a plain ``mkdir``/``open`` would have given it."""
+    mask = _umask()
+    os.chmod(root, 0o777 & ~mask)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
 
 
 def backup_path(path: str | os.PathLike) -> Path:
@@ -72,7 +84,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
+        _open_modes(tmp)
         backup = backup_path(path)
         if path.exists():
             # a backup beside an existing path is stale; one without it is the only complete copy
