@@ -352,7 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     device_kw = dict(default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
 
     r = sub.add_parser("run", parents=[common], help="train and evaluate what a recipe names",
-                       description="Extra arguments --section.field VALUE override recipe fields.")
+                       description="Extra arguments --section.field VALUE override recipe fields; VALUE is read "
+                                   "as YAML. A mapping given for a section is merged into the recipe's section, "
+                                   "recursively: --model '{d_model: 8, n_layer: 4}' is --model.d_model 8 "
+                                   "--model.n_layer 4, and the section's other fields stay as the recipe writes them.")
     r.add_argument("recipe")
     r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
     r.add_argument("--seed", type=int, default=0, help="first seed")
