@@ -51,7 +51,22 @@ def test_bad_override_and_missing_recipe(tmp_path):
 def test_missing_checkpoint(tmp_path):
     proc = genfeat("evaluate", "--checkpoint", str(tmp_path / "none"), "--data", "ptb:test", "--tgt-len", "8",
                    "--mem-len", "8")
-    assert_one_line_error(proc, "not a model directory")
+    assert_one_line_error(proc, f"checkpoint '{tmp_path / 'none'}' does not exist")
+    (tmp_path / "empty").mkdir()
+    proc = genfeat("evaluate", "--checkpoint", str(tmp_path / "empty"), "--task", "sst2")
+    assert_one_line_error(proc, "not a model directory (no config.json)")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["evaluate", "--checkpoint", "x", "--bogus"], ["unrecognized arguments: --bogus", "see genfeat evaluate --help"]),
+    (["tokenizer", "train", "--kind", "bpe", "--corpus", "c", "--vocab-size", "9", "--out", "o", "--nope", "1"],
+     ["unrecognized arguments: --nope 1", "see genfeat tokenizer train --help"]),
+    (["evaluate"], ["required: --checkpoint", "see genfeat evaluate --help"]),
+    (["generate", "--checkpoint", "x", "--top-k", "many"], ["--top-k: invalid int value", "genfeat generate --help"]),
+    (["rn"], ["invalid choice: 'rn'", "see genfeat --help"]),
+])
+def test_argument_errors_are_one_line(args, needles):
+    assert_one_line_error(genfeat(*args), *needles)
 
 
 def test_bad_device(tmp_path):

@@ -342,8 +342,17 @@ def _no_extra(extra: list[str]) -> None:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the CLI's one line, pointing at the (sub)command's help; its
+    subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        print(f"error: {message}. fix: see {self.prog} --help", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="genfeat", description="Generative feature learning on current PyTorch.")
+    p = _Parser(prog="genfeat", description="Generative feature learning on current PyTorch.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     # --debug is accepted after the subcommand too; SUPPRESS keeps a subparser from resetting it.
     common = argparse.ArgumentParser(add_help=False)
@@ -489,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command != "run" and extra:
+        command = " ".join(c for c in (args.command, getattr(args, "tokenizer_command", None)) if c)
+        parser.prog = f"genfeat {command}"
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.fn(args, extra)
