@@ -47,6 +47,32 @@ def _open_modes(root: Path) -> None:
             os.chmod(os.path.join(folder, name), 0o666 & ~mask)
 
 
+def check_output_path(path: str | os.PathLike, what: str, directory: bool = True) -> None:
+    """Refuse, before any work, an output ``path`` that cannot be created: a file where a folder must be
+    (``path`` itself, for a ``directory``, or a folder above it), or a folder where the file ``path`` goes.
+
+    Args:
+        what: how the message names the path (``"--out"``, ``"output directory"``).
+
+    Raises:
+        ConfigError: naming ``path`` and what is in the way.
+    """
+    from .errors import ConfigError
+
+    path = Path(path)
+    if directory and path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} '{path}' is an existing file, where a folder is to be written",
+                          "pass a folder path, or move the file out of the way")
+    if not directory and path.is_dir():
+        raise ConfigError(f"{what} '{path}' is a folder, where a file is to be written", "pass a file path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{what} '{path}' cannot be written: '{parent}' is a file in the way, not a folder",
+                                  "pass a path under a folder, or move the file out of the way")
+            return
+
+
 def backup_path(path: str | os.PathLike) -> Path:
     """Where :func:`atomic_dir` keeps the previous ``path`` while the new one is renamed into place."""
     path = Path(path)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from .config import apply_overrides, from_dict, load_yaml
 from .errors import ConfigError
+from .io import check_output_path
 
 Runner = Callable[..., dict[str, float]]
 
@@ -111,6 +112,7 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     if resume and len(seeds) > 1:
         raise ConfigError("--resume continues one run, but several seeds were asked for", "resume one seed at a time")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
+    check_output_path(base, "output directory")
     t0 = time.time()
     runs = []
     for seed in seeds:
