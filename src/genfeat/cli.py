@@ -10,6 +10,7 @@ Every command that reports figures has ``--json``: its last stdout line is one J
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2, as do
 argument errors and, behind the commands' own checks of their output paths, an OSError on a path;
 ``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
+``run`` refuses an OUT that holds a run or other files unless given ``--resume`` or ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     overrides = parse_overrides(extra)
     seeds = list(range(args.seed, args.seed + args.seeds))
     result = run_recipe(args.recipe, overrides, seeds, out_dir=args.out, progress=not args.no_progress,
-                        resume=args.resume)
+                        resume=args.resume, overwrite=args.overwrite)
     _emit(result, args.json, _fmt(result))
 
 
@@ -384,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="first seed")
     r.add_argument("--out", default=None, help="output directory (default runs/RECIPE_NAME)")
     r.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
+    r.add_argument("--overwrite", action="store_true",
+                   help="run into an OUT that holds a run (its results.json, final/, last/, metrics.jsonl, seed and "
+                        "pretrain folders are removed first) or other files; without it or --resume such an OUT "
+                        "is refused")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
