@@ -49,7 +49,8 @@ def main() -> None:
     Trainer.fit = timed_fit
     for recipe in args.recipes:
         tokenizer = args.wordpiece if recipe.startswith("bert") else args.sentencepiece
-        run_recipe(ROOT / "recipes" / f"{recipe}.yaml", progress=False, out_dir=None,
+        # each run replaces the last in its default OUT (runs/pretrain serves both bert and gpt pretrain)
+        run_recipe(ROOT / "recipes" / f"{recipe}.yaml", progress=False, out_dir=None, overwrite=True,
                    overrides={"steps": args.steps, "train.eval_every": 0, "data.max_documents": args.documents,
                               "data.valid_documents": 20, "data.tokenizer": tokenizer})
         with open("/proc/loadavg") as f:

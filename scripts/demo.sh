@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export GENFEAT_DATA=${GENFEAT_DATA:-../shared/data}
 out=runs/demo
-.venv/bin/genfeat run recipes/transformer_xl/demo.yaml --out "$out"
+.venv/bin/genfeat run recipes/transformer_xl/demo.yaml --out "$out" --overwrite   # a rerun replaces the last demo
 .venv/bin/genfeat evaluate --checkpoint "$out/final" --data tinyshakespeare:val --tgt-len 128 --mem-len 128 --json
 .venv/bin/genfeat generate --checkpoint "$out/final" --prompt "ROMEO:" --length 300 --seed 0

@@ -51,7 +51,22 @@ def test_bad_override_and_missing_recipe(tmp_path):
 def test_missing_checkpoint(tmp_path):
     proc = genfeat("evaluate", "--checkpoint", str(tmp_path / "none"), "--data", "ptb:test", "--tgt-len", "8",
                    "--mem-len", "8")
-    assert_one_line_error(proc, "not a model directory")
+    assert_one_line_error(proc, f"checkpoint '{tmp_path / 'none'}' does not exist")
+    (tmp_path / "empty").mkdir()
+    proc = genfeat("evaluate", "--checkpoint", str(tmp_path / "empty"), "--task", "sst2")
+    assert_one_line_error(proc, "not a model directory (no config.json)")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["evaluate", "--checkpoint", "x", "--bogus"], ["unrecognized arguments: --bogus", "see genfeat evaluate --help"]),
+    (["tokenizer", "train", "--kind", "bpe", "--corpus", "c", "--vocab-size", "9", "--out", "o", "--nope", "1"],
+     ["unrecognized arguments: --nope 1", "see genfeat tokenizer train --help"]),
+    (["evaluate"], ["required: --checkpoint", "see genfeat evaluate --help"]),
+    (["generate", "--checkpoint", "x", "--top-k", "many"], ["--top-k: invalid int value", "genfeat generate --help"]),
+    (["rn"], ["invalid choice: 'rn'", "see genfeat --help"]),
+])
+def test_argument_errors_are_one_line(args, needles):
+    assert_one_line_error(genfeat(*args), *needles)
 
 
 def test_bad_device(tmp_path):
@@ -128,3 +143,49 @@ def test_outputs_never_replace_what_they_should_not(tmp_path, tiny_checkpoint):
     # an existing model directory is what export replaces
     assert genfeat("export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "m")).returncode == 0
     assert genfeat("export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "m")).returncode == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "RECIPE", "--out", "afile/sub"],
+    ["tokenizer", "train", "--kind", "bpe", "--corpus", "RECIPE", "--vocab-size", "50", "--out", "afile/sub"],
+    ["evaluate", "--task", "sst2", "--checkpoint", "nope", "--predictions", "afile/x.tsv"],
+    ["recl", "--model", "a=nope", "--data", "ptb:test", "--contexts", "8", "16", "--out", "afile"],
+    ["export", "--checkpoint", "nope", "--out", "afile/sub"],
+    ["generate-questions", "--checkpoint", "nope", "--paragraphs", "p.txt", "--out", "afile/q.jsonl"],
+])
+def test_a_file_in_the_way_of_an_output_is_refused_before_any_work(tmp_path, args):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "RECIPE").write_text(RECIPE)
+    proc = genfeat(*args, cwd=tmp_path)
+    assert_one_line_error(proc, "afile", "file")
+    assert "nope" not in proc.stderr, "the output path is checked before the inputs are read"
+    assert (tmp_path / "afile").read_text() == "" and sorted(p.name for p in tmp_path.iterdir()) == ["RECIPE", "afile"]
+
+
+@pytest.mark.parametrize("error, needles", [
+    (NotADirectoryError(20, "Not a directory", "OUT/afile/sub"), ["cannot use 'OUT/afile/sub': Not a directory",
+                                                                   "('OUT/afile' is a file in the way)"]),
+    (FileExistsError(17, "File exists", "OUT/afile"), ["cannot use 'OUT/afile': File exists",
+                                                        "('OUT/afile' is a file in the way)"]),
+    (PermissionError(13, "Permission denied", "OUT/ro"), ["cannot use 'OUT/ro': Permission denied",
+                                                          "you may write to"]),
+    (IsADirectoryError(21, "Is a directory", "OUT"), ["cannot use 'OUT': Is a directory", "not a folder"]),
+])
+def test_an_os_error_on_a_path_is_one_error_line(tmp_path, monkeypatch, capsys, error, needles):
+    import genfeat.cli as cli
+
+    (tmp_path / "afile").write_text("")
+    error.filename = error.filename.replace("OUT", str(tmp_path))
+
+    def fails(args, extra):
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_export", fails)
+    assert cli.main(["export", "--checkpoint", "c", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "fix: " in err, err
+    for needle in needles:
+        assert needle.replace("OUT", str(tmp_path)) in err, err
+    with pytest.raises(type(error)):
+        cli.main(["export", "--checkpoint", "c", "--out", str(tmp_path / "x"), "--debug"])
+

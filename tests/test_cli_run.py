@@ -69,6 +69,44 @@ def test_run_several_seeds_writes_a_folder_per_seed_and_summarises(tmp_path, cap
     assert result["valid_loss_mean"] == pytest.approx(statistics.fmean(losses), rel=1e-12)
     assert result["valid_loss_std"] == pytest.approx(statistics.stdev(losses), rel=1e-12)
     assert "valid_loss" not in result, "several seeds report the summary, not one run's figure"
+    # the same command again would replace the finished seeds: refused, naming them
+    rc, _, err = run_cli(capsys, "run", recipe, "--seeds", 2, "--seed", 3, "--out", out, "--no-progress")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"output directory '{out}' already holds a finished transformer_xl run (seed3/, seed4/)" in err
+    assert "--resume" in err and "--overwrite" in err
+    # --overwrite replaces the run: the earlier seeds' folders do not linger beside the new one-seed run
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--overwrite", "--json", "--no-progress")
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "results.json"]
+    assert json.loads((out / "results.json").read_text()) == last_json(stdout)["runs"][0]
+
+
+def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overwrite(tmp_path, capsys):
+    recipe = write_recipe(tmp_path, steps=2, train="{progress: false, save_every: 1, stop_after_steps: 1}")
+    out = tmp_path / "out"
+    assert run_cli(capsys, "run", recipe, "--out", out, "--no-progress")[0] == 0
+    assert not (out / "results.json").exists() and (out / "last").is_dir()
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", out, "--no-progress")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "already holds a partial transformer_xl run (last/, metrics.jsonl). fix: pass --resume to continue it" in err
+    # --resume continues it; --resume with --overwrite is a contradiction
+    assert run_cli(capsys, "run", recipe, "--out", out, "--no-progress", "--resume", "--train.stop_after_steps", 0)[0] == 0
+    assert (out / "results.json").is_file()
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", out, "--resume", "--overwrite")
+    assert rc == 2 and "pass one of them" in err
+    # a folder of other files: refused, and with --overwrite the run is written among them, which stay
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("keep me")
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", other, "--no-progress")
+    assert rc == 2 and f"output directory '{other}' is not empty and holds no run (todo.txt)" in err
+    assert sorted(p.name for p in other.iterdir()) == ["todo.txt"]
+    assert run_cli(capsys, "run", recipe, "--out", other, "--no-progress", "--overwrite",
+                   "--train.stop_after_steps", 0)[0] == 0
+    assert (other / "todo.txt").read_text() == "keep me" and (other / "results.json").is_file()
+    # an empty folder is fine
+    (tmp_path / "empty").mkdir()
+    assert run_cli(capsys, "run", recipe, "--out", tmp_path / "empty", "--no-progress")[0] == 0
 
 
 def test_resume_with_several_seeds_is_refused_before_any_work(tmp_path, capsys):

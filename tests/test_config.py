@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from genfeat.config import Config, apply_overrides, dotted, from_dict, parse_overrides, to_dict
+from genfeat.config import Config, apply_overrides, dotted, from_dict, load_yaml, parse_overrides, to_dict
 from genfeat.errors import ConfigError
 from genfeat.runner import summarise
 
@@ -89,6 +89,42 @@ def test_nested_overrides_are_merged_into_the_sections_they_name():
     assert ov == {"steps": 3, "inner.lr": 0.1, "inner.mode": "b"}
     cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, ov, Method))
     assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="b") and cfg.steps == 3
+
+
+def test_a_mapping_override_is_merged_into_the_section_not_set_whole():
+    recipe = {"inner": {"lr": 0.5, "cutoffs": [4]}, "steps": 3}
+    ov = parse_overrides(["--inner", "{mode: b, betas: [0.8, 0.9]}"])
+    cfg = from_dict(Method, apply_overrides(recipe, ov, Method))
+    assert cfg.inner == Inner(lr=0.5, cutoffs=[4], mode="b", betas=(0.8, 0.9)) and cfg.steps == 3
+    # the same as the dotted overrides, and a section the recipe does not write starts from the method's default
+    assert apply_overrides(recipe, ov, Method) == apply_overrides(recipe, {"inner.mode": "b",
+                                                                           "inner.betas": [0.8, 0.9]}, Method)
+    assert from_dict(Method, apply_overrides({}, {"inner": {"lr": 0.1}}, Method)).inner == Inner(lr=0.1, mode="b")
+    # a value that is not a mapping, for a section, is still refused
+    with pytest.raises(ConfigError, match="config section 'inner' has value 8, expected a mapping"):
+        from_dict(Method, apply_overrides(recipe, parse_overrides(["--inner", "8"]), Method))
+
+
+def test_a_recipe_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_bytes(b"\xff\xfem\x00e\x00t\x00")
+    with pytest.raises(ConfigError, match=r"'.*r\.yaml' is not UTF-8 text \(byte 0xff at offset 0\)"):
+        load_yaml(path)
+
+
+def test_a_key_written_twice_is_refused_naming_the_key_and_file(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("method: transformer_xl\nsteps: 2\nmodel: {d_model: 8}\nsteps: 3\n")
+    with pytest.raises(ConfigError, match=r"'.*r\.yaml' writes key 'steps' twice in one mapping \(lines 2 and 4\)"):
+        load_yaml(path)
+    path.write_text("model: {d_model: 8, n_layer: 2, d_model: 16}\n")
+    with pytest.raises(ConfigError, match="writes key 'd_model' twice in one mapping \\(line 1\\)"):
+        load_yaml(path)
+    with pytest.raises(ConfigError, match="writes key 'lr' twice"):
+        parse_overrides(["--train", "{lr: 1, lr: 2}"])
+    # YAML merge keys may still be overridden
+    path.write_text("base: &b {lr: 1, steps: 2}\ntrain:\n  <<: *b\n  lr: 3\n")
+    assert load_yaml(path)["train"] == {"lr": 3, "steps": 2}
 
 
 def test_summarise_mean_sample_std_and_median():

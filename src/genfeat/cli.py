@@ -7,8 +7,10 @@ reusing its keys and values), ``recl`` (relative effective context length of a m
 for pretraining), ``zero-shot`` (GPT-1's zero-shot heuristic for a causal LM checkpoint),
 ``generate-questions`` (GDAN's question generator on paragraphs, JSONL out).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
-Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2;
+Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2, as do
+argument errors and, behind the commands' own checks of their output paths, an OSError on a path;
 ``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130.
+``run`` refuses an OUT that holds a run or other files unless given ``--resume`` or ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -49,20 +51,21 @@ def _require(args: argparse.Namespace, **bounds: tuple[float, str]) -> None:
                 raise ConfigError(f"--{name.replace('_', '-')} is {value}, below its least value {least:g}", fix)
 
 
-def _check_out(out: str | None, replaces_dir: bool) -> None:
-    """Refuse an output path that is a file or, for an output that ``replaces_dir`` as a whole (an
-    exported model), a directory holding anything but a model: writing there would delete it."""
+def _check_out(out: str | None, replaces_dir: bool = False, flag: str = "--out", directory: bool = True) -> None:
+    """Refuse, before any work, an output path a file is in the way of (genfeat.io.check_output_path) or, for
+    an output that ``replaces_dir`` as a whole (an exported model), a directory holding anything but a model:
+    writing there would delete it."""
     from pathlib import Path
 
     from .framework.checkpoint import CONFIG_FILE
+    from .io import check_output_path
 
     if out is None:
         return
+    check_output_path(out, flag, directory)
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--out '{out}' is an existing file", "pass a directory path")
     if replaces_dir and path.is_dir() and any(path.iterdir()) and not (path / CONFIG_FILE).is_file():
-        raise ConfigError(f"--out '{out}' is a directory that holds other files, which writing the model there "
+        raise ConfigError(f"{flag} '{out}' is a directory that holds other files, which writing the model there "
                           "would delete", "pass a new directory, or an existing model directory to replace")
 
 
@@ -101,11 +104,10 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     from .runner import run_recipe
 
     _require(args, seeds=(1, "pass --seeds 1 or more"), seed=(0, "seeds are >= 0"))
-    _check_out(args.out, replaces_dir=False)
     overrides = parse_overrides(extra)
     seeds = list(range(args.seed, args.seed + args.seeds))
     result = run_recipe(args.recipe, overrides, seeds, out_dir=args.out, progress=not args.no_progress,
-                        resume=args.resume)
+                        resume=args.resume, overwrite=args.overwrite)
     _emit(result, args.json, _fmt(result))
 
 
@@ -141,6 +143,7 @@ def cmd_evaluate_task(args: argparse.Namespace) -> None:
         raise ConfigError(f"{', '.join(lm_only)} belong(s) to language-model evaluation, not to --task",
                           "drop them, or drop --task to score a language model")
     _require(args, batch_size=(1, "pass --batch-size 1 or more"), max_examples=(0, "pass 0 (all) or more"))
+    _check_out(args.predictions, flag="--predictions", directory=False)
     result = evaluate_task(args.checkpoint, args.task, args.split, args.predictions, batch_size=args.batch_size or 64,
                            device=args.device, max_examples=args.max_examples)
     _emit(result, args.json, _fmt(result))
@@ -238,6 +241,7 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
              delta=(1, "pass --delta 1 or more"), threshold=(0, "pass a threshold >= 0"),
              max_tokens=(0, "pass 0 (all tokens) or a positive count"))
     check_recl_args(args.contexts, args.r, args.delta)
+    _check_out(args.out)
     models, vocab0 = {}, None
     for item in args.model:
         if "=" not in item:
@@ -272,6 +276,7 @@ def cmd_tokenizer_train(args: argparse.Namespace, extra: list[str]) -> None:
     from .data.tokenizers import TokenizerConfig, train_tokenizer
 
     _no_extra(extra)
+    _check_out(args.out)
     cfg = TokenizerConfig(kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase)
     t0 = time.time()
     vocab = train_tokenizer(cfg, args.corpus, args.out)
@@ -315,19 +320,12 @@ def cmd_generate_questions(args: argparse.Namespace, extra: list[str]) -> None:
              per_paragraph=(0, "pass 0 (all chunks) or more"))
     if args.out is None:
         args.out = Path(args.paragraphs).stem + ".questions.jsonl"
-    _check_out_file(args.out)
+    _check_out(args.out, directory=False)
     cache = {} if args.chunk_cache is None else {"cache_dir": args.chunk_cache}
     result = generate_questions(args.checkpoint, args.paragraphs, args.out, beam=args.beam, max_len=args.max_len,
                                 chunks=ChunkConfig(backend=args.chunks, **cache), per_paragraph=args.per_paragraph,
                                 seed=args.seed)
     _emit(result, args.json, f"wrote {result['questions']} questions for {result['paragraphs']} paragraphs to {args.out}")
-
-
-def _check_out_file(out: str) -> None:
-    from pathlib import Path
-
-    if Path(out).is_dir():
-        raise ConfigError(f"--out '{out}' is a directory", "pass a file path, e.g. questions.jsonl")
 
 
 def cmd_neighbours(args: argparse.Namespace, extra: list[str]) -> None:
@@ -347,8 +345,34 @@ def _no_extra(extra: list[str]) -> None:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the CLI's one line, pointing at the (sub)command's help; its
+    subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        print(f"error: {message}. fix: see {self.prog} --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def _path_error(e: OSError) -> GenfeatError:
+    """The one-line error for an OSError on a path: the path, the system's reason and, where a file stands
+    where a folder must be, that file."""
+    from pathlib import Path
+
+    cause = f"cannot use '{e.filename}': {e.strerror or type(e).__name__}"
+    if isinstance(e, (NotADirectoryError, FileExistsError)):
+        path = Path(e.filename)
+        in_the_way = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if in_the_way is not None:
+            cause += f" ('{in_the_way}' is a file in the way)"
+    fixes = {PermissionError: "pass a path you may write to, or change its permissions",
+             IsADirectoryError: "pass a file path, not a folder",
+             FileNotFoundError: "check the path"}
+    return GenfeatError(cause, fixes.get(type(e), "move the file out of the way, or pass another path"))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="genfeat", description="Generative feature learning on current PyTorch.")
+    p = _Parser(prog="genfeat", description="Generative feature learning on current PyTorch.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     # --debug is accepted after the subcommand too; SUPPRESS keeps a subparser from resetting it.
     common = argparse.ArgumentParser(add_help=False)
@@ -357,12 +381,19 @@ def build_parser() -> argparse.ArgumentParser:
     device_kw = dict(default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
 
     r = sub.add_parser("run", parents=[common], help="train and evaluate what a recipe names",
-                       description="Extra arguments --section.field VALUE override recipe fields.")
+                       description="Extra arguments --section.field VALUE override recipe fields; VALUE is read "
+                                   "as YAML. A mapping given for a section is merged into the recipe's section, "
+                                   "recursively: --model '{d_model: 8, n_layer: 4}' is --model.d_model 8 "
+                                   "--model.n_layer 4, and the section's other fields stay as the recipe writes them.")
     r.add_argument("recipe")
     r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
     r.add_argument("--seed", type=int, default=0, help="first seed")
     r.add_argument("--out", default=None, help="output directory (default runs/RECIPE_NAME)")
     r.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
+    r.add_argument("--overwrite", action="store_true",
+                   help="run into an OUT that holds a run (its results.json, final/, last/, metrics.jsonl, seed and "
+                        "pretrain folders are removed first) or other files; without it or --resume such an OUT "
+                        "is refused")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
@@ -494,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command != "run" and extra:
+        command = " ".join(c for c in (args.command, getattr(args, "tokenizer_command", None)) if c)
+        parser.prog = f"genfeat {command}"
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.fn(args, extra)
@@ -501,6 +534,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # a safety net behind the commands' own checks of their paths: the path and the system's reason
+        if args.debug or e.filename is None:
+            raise
+        print(f"error: {_path_error(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # outputs are written atomically, so what the interrupted command left is complete

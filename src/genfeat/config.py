@@ -6,8 +6,9 @@ Configs are dataclasses derived from :class:`Config`, whose fields carry docstri
 the config is built. :func:`from_dict` builds one from a mapping, checking every field name and
 type; an unknown field or a wrong type raises :class:`~genfeat.errors.ConfigError` naming the
 dotted path.
-:func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4``; :func:`dotted`
-turns a nested mapping of overrides (a recipe's own) into that form.
+:func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4`` (a mapping value,
+``--train "{lr: 3e-4}"``, is merged into its section); :func:`dotted` turns a nested mapping of overrides
+(a recipe's own) into that form. :func:`load_yaml` reads a recipe, refusing a key written twice.
 """
 
 from __future__ import annotations
@@ -212,12 +213,54 @@ def to_dict(cfg: Any) -> Any:
     return cfg
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, again: int):
+        self.key = key
+        self.where = f"line {first}" if first == again else f"lines {first} and {again}"
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping writing one key twice, where PyYAML keeps the last value
+    silently (a recipe with two ``model:`` sections would lose the first). Merge keys (``<<``) may still be
+    overridden, as YAML means them to be."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, seen[key], line)
+                seen[key] = line
+            except TypeError:                       # an unhashable key: SafeLoader refuses it itself
+                continue
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML config file holds.
+
+    Raises:
+        ConfigError: a file that does not exist, is not UTF-8 text, is not valid YAML, writes a key
+            twice in one mapping, or does not hold a mapping; each naming the file.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file '{path}' does not exist", "pass the path of an existing YAML file")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})",
+                          "save the file as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ConfigError(f"config file '{path}' writes key '{e.key}' twice in one mapping ({e.where})",
+                          f"keep one '{e.key}' entry") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file '{path}' is not valid YAML ({str(e).splitlines()[0]})",
                           "fix the YAML syntax") from None
@@ -253,7 +296,9 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
 def _scalar(raw: str) -> Any:
     """A command-line value read as YAML, with ``3e-4`` (a string to YAML 1.1) read as a float."""
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.load(raw, Loader=UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ConfigError(f"override value '{raw}' writes key '{e.key}' twice", f"keep one '{e.key}' entry") from None
     except yaml.YAMLError:
         return raw
     if isinstance(value, str):
@@ -299,10 +344,12 @@ def dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], cls: Any = None) -> dict[str, Any]:
     """Set dotted keys of ``overrides`` into a copy of the nested mapping ``data``.
 
-    With the config class ``cls``, a section on an override's path that ``data`` does not write
-    starts from that field's default in ``cls`` (a method's own ``train`` defaults, say), so that
-    ``--train.eval_every 0`` changes one field of it rather than replacing the whole section with
-    the section class's bare defaults.
+    A mapping value is merged into the section it names, recursively, as its dotted leaves would be
+    (``--model "{d_model: 8}"`` is ``--model.d_model 8``: the section's other fields stay as the recipe
+    writes them); any other value replaces what is there. With the config class ``cls``, a section on an
+    override's path that ``data`` does not write starts from that field's default in ``cls`` (a method's
+    own ``train`` defaults, say), so that ``--train.eval_every 0`` changes one field of it rather than
+    replacing the whole section with the section class's bare defaults.
     """
     import copy
 
@@ -311,14 +358,30 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], cls: Any = 
         node, node_cls = data, cls
         parts = dotted.split(".")
         for part in parts[:-1]:
-            default = _field_default(node_cls, part)
-            node_cls = default if dataclasses.is_dataclass(default) else None
-            child = node.get(part)
-            if child is None:
-                child = node[part] = _init_dict(default) if node_cls is not None else {}
-            if not isinstance(child, dict):
+            node, node_cls = _section(node, part, node_cls)
+            if not isinstance(node, dict):
                 raise ConfigError(f"override '--{dotted}': '{part}' is a value, not a section",
                                   "override a field inside a section, e.g. --train.lr")
-            node = child
-        node[parts[-1]] = value
+        _merge(node, parts[-1], value, node_cls)
     return data
+
+
+def _section(node: dict[str, Any], key: str, node_cls: Any) -> tuple[Any, Any]:
+    """``node[key]`` and its config class (None where it is not a config section); a section ``node``
+    does not write is added, as the default of ``node_cls``'s field ``key`` (empty without one)."""
+    default = _field_default(node_cls, key)
+    child_cls = default if dataclasses.is_dataclass(default) else None
+    if node.get(key) is None:
+        node[key] = _init_dict(default) if child_cls is not None else {}
+    return node[key], child_cls
+
+
+def _merge(node: dict[str, Any], key: str, value: Any, node_cls: Any) -> None:
+    """Set ``node[key]`` to ``value``, merging a mapping into the mapping there (recursively)."""
+    if isinstance(value, dict):
+        child, child_cls = _section(node, key, node_cls)
+        if isinstance(child, dict):
+            for k, v in value.items():
+                _merge(child, k, v, child_cls)
+            return
+    node[key] = value

@@ -162,9 +162,13 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
         The model in eval mode, on CPU, fp32.
     """
     path = Path(path)
+    fix = "pass a genfeat checkpoint (e.g. runs/NAME/final) or a Hugging Face model directory"
+    if not path.exists():
+        raise CheckpointError(f"checkpoint '{path}' does not exist", fix)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint '{path}' is a file, not a model directory", fix)
     if not (path / CONFIG_FILE).is_file():
-        raise CheckpointError(f"'{path}' is not a model directory (no {CONFIG_FILE})",
-                              "pass a genfeat checkpoint (e.g. runs/NAME/final) or a Hugging Face model directory")
+        raise CheckpointError(f"'{path}' is not a model directory (no {CONFIG_FILE})", fix)
     cfg = read_config(path)
     hf_loader = (HF_TASK_LOADERS.get((cfg.get("architectures") or [None])[0])
                  or HF_LOADERS.get(cfg.get("model_type")))

@@ -4,9 +4,10 @@ A writer goes to a temporary file in the destination directory, is flushed and f
 then renamed over the destination (``os.replace`` is atomic on POSIX). A kill at any moment
 leaves either the old file or the new one, never a truncated one.
 
-``mkstemp``/``mkdtemp`` create their files private (0600/0700); before the rename they get the
-permissions an ordinary ``open``/``mkdir`` would have given them under the process umask, so
-results, checkpoints and plots stay readable by whoever may read the rest of the output.
+``mkstemp``/``mkdtemp`` create their files private (0600/0700), and so do some writers of their own
+(safetensors writes model.safetensors 0600); before the rename every file and folder written gets the
+permissions an ordinary ``open``/``mkdir`` would have given it under the process umask (0666/0777 less
+the umask), so results, checkpoints and plots stay readable by whoever may read the rest of the output.
 """
 
 from __future__ import annotations
@@ -33,6 +34,43 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _open_modes(root: Path) -> None:
+    """Give ``root`` and everything under it the mode a plain ``mkdir``/``open`` would have given it."""
+    mask = _umask()
+    os.chmod(root, 0o777 & ~mask)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+
+
+def check_output_path(path: str | os.PathLike, what: str, directory: bool = True) -> None:
+    """Refuse, before any work, an output ``path`` that cannot be created: a file where a folder must be
+    (``path`` itself, for a ``directory``, or a folder above it), or a folder where the file ``path`` goes.
+
+    Args:
+        what: how the message names the path (``"--out"``, ``"output directory"``).
+
+    Raises:
+        ConfigError: naming ``path`` and what is in the way.
+    """
+    from .errors import ConfigError
+
+    path = Path(path)
+    if directory and path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} '{path}' is an existing file, where a folder is to be written",
+                          "pass a folder path, or move the file out of the way")
+    if not directory and path.is_dir():
+        raise ConfigError(f"{what} '{path}' is a folder, where a file is to be written", "pass a file path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{what} '{path}' cannot be written: '{parent}' is a file in the way, not a folder",
+                                  "pass a path under a folder, or move the file out of the way")
+            return
 
 
 def backup_path(path: str | os.PathLike) -> Path:
@@ -72,7 +110,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
+        _open_modes(tmp)
         backup = backup_path(path)
         if path.exists():
             # a backup beside an existing path is stale; one without it is the only complete copy

@@ -14,7 +14,11 @@ from; only such a recipe can be the ``pretrain`` stage of a fine-tuning recipe (
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import pkgutil
+import re
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from typing import Any, Callable
 
 from .config import apply_overrides, from_dict, load_yaml
 from .errors import CheckpointError, ConfigError, GenfeatError
+from .io import backup_path, check_output_path
 
 Runner = Callable[..., dict[str, float]]
 
@@ -151,14 +156,93 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+RUN_OUTPUTS = ("results.json", "final", "last", "metrics.jsonl")
+"""What a run writes into its OUT (a partial one: some of them); ``run_recipe`` writes over them only with
+``resume`` or ``overwrite``."""
+
+
+def _run_outputs(out: Path) -> list[Path]:
+    """The entries of ``out`` a run wrote: :data:`RUN_OUTPUTS` (and their backups, genfeat.io.backup_path),
+    and the folders of a run's seeds (``seed<k>``) or of its pretraining stage (``pretrain``) holding them."""
+    found = [p for name in RUN_OUTPUTS for p in (out / name, backup_path(out / name)) if p.exists()]
+    for sub in sorted(out.iterdir()):
+        if sub.is_dir() and (re.fullmatch(r"seed\d+", sub.name) or sub.name == "pretrain") and (
+                _run_outputs(sub) or (sub / "stage.json").is_file()):
+            found.append(sub)
+    return found
+
+
+def _run_model(out: Path) -> str | None:
+    """The method or architecture of the run in ``out``, as its checkpoints or pretraining stage say."""
+    for config in (out / "final" / "config.json", out / "last" / "config.json", out / "pretrain" / "stage.json"):
+        try:
+            saved = json.loads(config.read_text())
+        except (OSError, ValueError):
+            continue
+        name = saved.get("method") or saved.get("architecture")
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _describe_run(out: Path, found: list[Path]) -> str:
+    """'a finished transformer_xl run (results.json, final/, last/, metrics.jsonl)' for the run in ``out``."""
+    runs = [out] + [p for p in found if p.name.startswith("seed")]
+    finished = any((run / "results.json").is_file() for run in runs)
+    model = next((m for m in map(_run_model, runs) if m), None)
+    shown = ", ".join(p.name + ("/" if p.is_dir() else "") for p in found)
+    return f"a {'finished' if finished else 'partial'} {model + ' ' if model else ''}run ({shown})"
+
+
+def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse, before any work, an OUT a file is in the way of, or (without ``resume`` or ``overwrite``)
+    one holding a run or other files; with ``overwrite`` the run's outputs there are removed."""
+    check_output_path(out, "output directory")
+    # under torchrun every rank runs this; only rank 0 writes OUT, so it alone checks and clears it (a later
+    # rank would find what rank 0 began writing), and torchrun ends the others when it refuses
+    if resume or os.environ.get("RANK", "0") != "0" or not out.is_dir() or not any(out.iterdir()):
+        return
+    found = _run_outputs(out)
+    if overwrite:
+        for p in found:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        return
+    if found:
+        raise ConfigError(f"output directory '{out}' already holds {_describe_run(out, found)}",
+                          "pass --resume to continue it, --overwrite to replace its outputs, or another --out")
+    names = sorted(p.name for p in out.iterdir())
+    raise ConfigError(f"output directory '{out}' is not empty and holds no run ({', '.join(names[:5])}"
+                      f"{', ...' if len(names) > 5 else ''})",
+                      "pass another --out, or --overwrite to write the run among those files")
+
+
 def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
-               out_dir: str | Path | None = None, progress: bool = True, resume: bool = False) -> dict[str, Any]:
-    """Run a recipe for each seed and return the per-seed figures and their summary."""
+               out_dir: str | Path | None = None, progress: bool = True, resume: bool = False,
+               overwrite: bool = False) -> dict[str, Any]:
+    """Run a recipe for each seed and return the per-seed figures and their summary.
+
+    Args:
+        out_dir: the run's OUT (default runs/<recipe file name>); with several seeds each writes OUT/seed<k>.
+        resume: continue the run in OUT (one seed only).
+        overwrite: run into an OUT that holds a run or other files; the run's outputs there
+            (:data:`RUN_OUTPUTS`, seed and pretraining folders) are removed first. Without it or
+            ``resume`` such an OUT is refused.
+
+    Raises:
+        ConfigError: a recipe or override the method's config refuses, ``resume`` with several seeds or
+            with ``overwrite``, an OUT a file is in the way of, or one holding a run or other files.
+    """
     method, cfg = load_recipe(path, overrides)
     seeds = seeds or [0]
     if resume and len(seeds) > 1:
         raise ConfigError("--resume continues one run, but several seeds were asked for", "resume one seed at a time")
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in OUT, --overwrite replaces it", "pass one of them")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
+    _check_run_dir(base, resume, overwrite)
     if resume:
         check_resume_method(method, base)
     t0 = time.time()
