@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,10 +50,12 @@ def main() -> None:
     Trainer.fit = timed_fit
     for recipe in args.recipes:
         tokenizer = args.wordpiece if recipe.startswith("bert") else args.sentencepiece
-        # each run replaces the last in its default OUT (runs/pretrain serves both bert and gpt pretrain)
-        run_recipe(ROOT / "recipes" / f"{recipe}.yaml", progress=False, out_dir=None, overwrite=True,
-                   overrides={"steps": args.steps, "train.eval_every": 0, "data.max_documents": args.documents,
-                              "data.valid_documents": 20, "data.tokenizer": tokenizer})
+        # into a temporary OUT: the recipe's default OUT holds its real run (a run of this script at 4ee7418
+        # wrote its 20-step runs there and replaced seven 1,500-step pretraining checkpoints)
+        with tempfile.TemporaryDirectory() as out:
+            run_recipe(ROOT / "recipes" / f"{recipe}.yaml", progress=False, out_dir=out,
+                       overrides={"steps": args.steps, "train.eval_every": 0, "data.max_documents": args.documents,
+                                  "data.valid_documents": 20, "data.tokenizer": tokenizer})
         with open("/proc/loadavg") as f:
             load = f.read().split()[:3]
         print(json.dumps({"recipe": recipe, "steps": args.steps, "fit_cpu": measured["cpu"],
