@@ -104,6 +104,14 @@ def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overw
     assert run_cli(capsys, "run", recipe, "--out", other, "--no-progress", "--overwrite",
                    "--train.stop_after_steps", 0)[0] == 0
     assert (other / "todo.txt").read_text() == "keep me" and (other / "results.json").is_file()
+    # a run that ended before its first checkpoint has nothing to resume: --overwrite, not --resume, is offered
+    died = tmp_path / "died"
+    died.mkdir()
+    (died / "metrics.jsonl").write_text("")
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", died, "--no-progress")
+    assert rc == 2 and "it has no checkpoint to resume from: pass --overwrite" in err and "--resume" not in err, err
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", died, "--no-progress", "--resume")
+    assert rc == 2 and "--overwrite" in err, err
     # an empty folder is fine
     (tmp_path / "empty").mkdir()
     assert run_cli(capsys, "run", recipe, "--out", tmp_path / "empty", "--no-progress")[0] == 0

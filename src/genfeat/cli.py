@@ -16,6 +16,7 @@ argument errors and, behind the commands' own checks of their output paths, an O
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import time
@@ -354,6 +355,10 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+_PATH_ERRNOS = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENOENT}
+"""OSErrors on a path that the CLI reports as one error line (the path and the system's reason)."""
+
+
 def _path_error(e: OSError) -> GenfeatError:
     """The one-line error for an OSError on a path: the path, the system's reason and, where a file stands
     where a folder must be, that file."""
@@ -537,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as e:
         # a safety net behind the commands' own checks of their paths: the path and the system's reason
-        if args.debug or e.filename is None:
+        # (a path in the way or not permitted; anything else, e.g. a full disk or an I/O error, keeps its traceback)
+        if args.debug or e.filename is None or e.errno not in _PATH_ERRNOS:
             raise
         print(f"error: {_path_error(e)}", file=sys.stderr)
         return 2

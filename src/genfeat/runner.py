@@ -156,9 +156,9 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-RUN_OUTPUTS = ("results.json", "final", "last", "metrics.jsonl")
-"""What a run writes into its OUT (a partial one: some of them); ``run_recipe`` writes over them only with
-``resume`` or ``overwrite``."""
+RUN_OUTPUTS = ("results.json", "final", "last", "metrics.jsonl", "tokenizer", "tensorboard", "init", "g_mle")
+"""What a run writes into its OUT (a partial one: some of them; ``init`` is Planetoid's initialisation phase,
+``g_mle`` GDAN's pretrained G); ``run_recipe`` writes over them only with ``resume`` or ``overwrite``."""
 
 
 def _run_outputs(out: Path) -> list[Path]:
@@ -211,8 +211,12 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
                 p.unlink()
         return
     if found:
+        # --resume continues from a checkpoint (last/, or a stage's or a seed's); a run that died before its
+        # first one can only be replaced
+        resumable = any(p.name in ("last", ".last.old", "init", "pretrain") or p.name.startswith("seed") for p in found)
         raise ConfigError(f"output directory '{out}' already holds {_describe_run(out, found)}",
-                          "pass --resume to continue it, --overwrite to replace its outputs, or another --out")
+                          ("pass --resume to continue it, " if resumable else "it has no checkpoint to resume from: ")
+                          + "pass --overwrite to replace its outputs, or another --out")
     names = sorted(p.name for p in out.iterdir())
     raise ConfigError(f"output directory '{out}' is not empty and holds no run ({', '.join(names[:5])}"
                       f"{', ...' if len(names) > 5 else ''})",

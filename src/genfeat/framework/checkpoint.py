@@ -109,7 +109,8 @@ def resume_dir(path: str | Path) -> Path:
     if (backup / MODEL_FILE).is_file() and (backup / STATE_FILE).is_file():
         return backup
     raise CheckpointError(f"there is no checkpoint '{path}' to resume from",
-                          "run without --resume first, or pass the --out of the run to continue")
+                          "run without --resume first (adding --overwrite if OUT holds a run that ended before its first "
+                          "checkpoint), or pass the --out of the run to continue")
 
 
 def _corrupt_fix(path: str | Path, resuming: bool = True) -> str:

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 import sys
@@ -595,7 +596,8 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     else:
         if resume:
             check_resume_method(method, where)
-        write_json_atomic(stage_file, wanted)
+        if os.environ.get("RANK", "0") == "0":     # under torchrun rank 0 alone writes OUT (runner._check_run_dir)
+            write_json_atomic(stage_file, wanted)
         figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.barrier()                 # rank 0 wrote OUT/pretrain/final, which every rank reads next
