@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
+import yaml
 
 from genfeat.config import Config, apply_overrides, dotted, from_dict, load_yaml, parse_overrides, to_dict
 from genfeat.errors import ConfigError
@@ -125,6 +126,10 @@ def test_a_key_written_twice_is_refused_naming_the_key_and_file(tmp_path):
     # YAML merge keys may still be overridden
     path.write_text("base: &b {lr: 1, steps: 2}\ntrain:\n  <<: *b\n  lr: 3\n")
     assert load_yaml(path)["train"] == {"lr": 3, "steps": 2}
+    # also a merging mapping that another one merges in turn (PyYAML flattens it in place before its own turn)
+    path.write_text("base: &b {lr: 1, wd: 2}\na: {x: &x {<<: *b, lr: 3}}\ny: {<<: *x}\n")
+    assert load_yaml(path) == yaml.safe_load(path.read_text()) == {
+        "base": {"lr": 1, "wd": 2}, "a": {"x": {"lr": 3, "wd": 2}}, "y": {"lr": 3, "wd": 2}}
 
 
 def test_summarise_mean_sample_std_and_median():

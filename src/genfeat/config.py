@@ -224,9 +224,17 @@ class UniqueKeyLoader(yaml.SafeLoader):
     silently (a recipe with two ``model:`` sections would lose the first). Merge keys (``<<``) may still be
     overridden, as YAML means them to be."""
 
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # PyYAML writes the merged keys into node.value in place (also of a mapping merged into another one
+        # before its own turn): keep the keys the mapping itself writes, which alone must be unique
+        if not hasattr(node, "own_keys"):
+            node.own_keys = [key for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge"]
+        super().flatten_mapping(node)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        own = getattr(node, "own_keys", None)
+        for key_node in own if own is not None else (key for key, _ in node.value):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=True)
