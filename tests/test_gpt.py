@@ -146,3 +146,17 @@ def test_fused_target_log_probs_equal_the_log_softmax_of_the_logits_with_their_g
         assert (got - want).abs().max() <= 1e-4 * max(1.0, float(want.abs().max()))
     with pytest.raises(ValueError, match="targets hold ids"):
         m.target_log_probs(hidden, targets + V)
+
+
+def test_bf16_autocast_trains_close_to_fp32():
+    m = model().train()
+    x = ids(t=10)
+    ref = -m.target_log_probs(m(x, return_logits=False).hidden[:, :-1], x[:, 1:]).mean()
+    inner = []
+    m.layers[0].ff.register_forward_hook(lambda _m, _i, out: inner.append(out.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = -m.target_log_probs(m(x, return_logits=False).hidden[:, :-1], x[:, 1:]).mean()
+    assert inner == [torch.bfloat16]          # the layers' products ran in bf16
+    assert loss.dtype == torch.float32 and abs(loss.item() - ref.item()) < 0.05 * ref.item()
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
