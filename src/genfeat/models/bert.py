@@ -30,6 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
 from ..nn.adaptive import check_ids
+from ..nn.attention import MultiHeadAttention
 from ..nn.feedforward import PositionwiseFeedForward
 
 
@@ -90,32 +91,12 @@ class BertOutput:
     """[b, 2] next-sentence logits (index 0: B follows A) when the model has the NSP head."""
 
 
-class BertSelfAttention(nn.Module):
-    """Bidirectional multi-head attention, one fused q/k/v product, torch's scaled_dot_product_attention.
-
-    Shapes: h [b, t, d], keep [b, 1, 1, t] bool (True = attend) or None -> [b, t, d].
-    """
-
-    def __init__(self, d_model: int, n_head: int, dropatt: float):
-        super().__init__()
-        self.n_head, self.dropatt = n_head, dropatt
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-
-    def forward(self, h: Tensor, keep: Tensor | None) -> Tensor:
-        b, t, d = h.shape
-        q, k, v = self.qkv(h).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)  # [b, h, t, e]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep,
-                                             dropout_p=self.dropatt if self.training else 0.0)
-        return self.out(out.transpose(1, 2).reshape(b, t, d))
-
-
 class BertLayer(nn.Module):
     """Post-LN Transformer layer: h = LN(h + drop(Attn(h))); h = LN(h + drop(FF_gelu(h)))."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.attn = BertSelfAttention(cfg.d_model, cfg.n_head, cfg.dropatt)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_head, dropatt=cfg.dropatt)
         self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
         # BERT has no dropout on the inner activation; the output dropout is self.drop
         self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, 0.0, activation="gelu")
@@ -123,7 +104,7 @@ class BertLayer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, h: Tensor, keep: Tensor | None) -> Tensor:
-        h = self.attn_norm(h + self.drop(self.attn(h, keep)))
+        h = self.attn_norm(h + self.drop(self.attn(h, keep)[0]))
         return self.ff_norm(h + self.drop(self.ff(h)))
 
 

@@ -40,9 +40,8 @@ from torch import Tensor, nn
 from ..config import Config
 from ..generation import check_sampling, sample_top_k
 from ..nn.adaptive import check_ids, full_target_log_prob
-from ..nn.attention import causal_mask
+from ..nn.attention import MultiHeadAttention, causal_mask
 from ..nn.feedforward import PositionwiseFeedForward
-from .bert import BertSelfAttention
 
 KeyValues = tuple[tuple[Tensor, Tensor], ...]
 """Per layer, the cached keys and values, each [b, h, m, e]."""
@@ -106,32 +105,12 @@ class GPTOutput:
     """Keys and values of the cached and the new tokens (``use_cache``), to pass back as ``past``."""
 
 
-class GPTSelfAttention(BertSelfAttention):
-    """Causal multi-head attention with a key/value cache: BERT's fused q/k/v and output projections,
-    torch's scaled_dot_product_attention.
-
-    Shapes: h [b, t, d]; keep [b or 1, 1, t, m + t] bool (True = attend) or None, which means causal
-    order alone; past (keys, values) [b, h, m, e] or None -> ([b, t, d], (keys, values) [b, h, m + t, e]).
-    """
-
-    def forward(self, h: Tensor, keep: Tensor | None, past: tuple[Tensor, Tensor] | None
-                ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        b, t, d = h.shape
-        q, k, v = self.qkv(h).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)  # [b, h, t, e]
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        # without a mask: causal order (no cache), or one new token that may see every cached one
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=keep is None and past is None,
-                                             dropout_p=self.dropatt if self.training else 0.0)
-        return self.out(out.transpose(1, 2).reshape(b, t, d)), (k, v)
-
-
 class GPTLayer(nn.Module):
     """Post-LN decoder layer: h = LN(h + drop(Attn(h))); h = LN(h + drop(FF_gelu(h)))."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.attn = GPTSelfAttention(cfg.d_model, cfg.n_head, cfg.dropatt)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_head, dropatt=cfg.dropatt)
         self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_epsilon)
         # GPT-1 has no dropout on the inner activation; the output dropout is self.drop
         self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_inner, 0.0, activation="gelu_tanh")
@@ -140,7 +119,7 @@ class GPTLayer(nn.Module):
 
     def forward(self, h: Tensor, keep: Tensor | None, past: tuple[Tensor, Tensor] | None
                 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        a, present = self.attn(h, keep, past)
+        a, present = self.attn(h, keep, past, causal=True)
         h = self.attn_norm(h + self.drop(a))
         return self.ff_norm(h + self.drop(self.ff(h))), present
 

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
 from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
-from ..nn.attention import (AbsoluteMultiHeadAttention, ProjectionCache, RelativeMultiHeadAttention, causal_mask,
+from ..nn.attention import (MultiHeadAttention, ProjectionCache, RelativeMultiHeadAttention, causal_mask,
                             sinusoid)
 from ..nn.feedforward import PositionwiseFeedForward
 
@@ -123,7 +123,7 @@ class TransformerXLLayer(nn.Module):
             self.attn = RelativeMultiHeadAttention(cfg.d_model, cfg.n_head, cfg.d_head, cfg.dropatt,
                                                    kind=cfg.attn_type, max_dist=cfg.max_klen)
         else:
-            self.attn = AbsoluteMultiHeadAttention(cfg.d_model, cfg.n_head, cfg.d_head, cfg.dropatt)
+            self.attn = MultiHeadAttention(cfg.d_model, cfg.n_head, cfg.d_head, cfg.dropatt, bias=False)
         if cfg.untie_r and cfg.attn_type == "relative":
             self.r_w_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
             self.r_r_bias = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head))
@@ -147,7 +147,7 @@ class TransformerXLLayer(nn.Module):
             a = self.attn(x, pos, mask, u, v, cache=cache, mem=mem)
         else:
             content = h if mem is None or mem.shape[1] == 0 else torch.cat([mem, h], dim=1)  # [b, k, d]
-            a = self.attn(self.attn_norm(content) if self.pre_lnorm else content, mask, h.shape[1])
+            a = self.attn(self.attn_norm(content) if self.pre_lnorm else content, ~mask, last=h.shape[1])[0]
         a = self.drop(a)
         if self.pre_lnorm:
             h = h + a

@@ -370,23 +370,34 @@ class RelativeMultiHeadAttention(nn.Module):
         return self.out(out.permute(1, 2, 0, 3).reshape(b, t, heads * e))
 
 
-class AbsoluteMultiHeadAttention(nn.Module):
-    """Standard multi-head attention over [memory, segment] (the absolute-encoding ablations).
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention without relative positions (Vaswani et al. 2017, Eq. 1), one
+    fused q/k/v product, torch's scaled_dot_product_attention. The one absolute-position attention of genfeat:
+    BERT's (bidirectional), GPT-1's (causal, with a key/value cache) and the absolute-encoding Transformer-XL
+    ablations' (queries only for the segment's last ``last`` positions of [memory, segment]).
 
-    Shapes: content [b, k, d], mask [t, k] bool (True = blocked) -> [b, t, d].
+    Shapes: h [b, n, d]; keep bool broadcastable to [b, heads, t, m + n] (True = attend) or None; past
+    (keys, values) [b, heads, m, e] or None; t = last or n -> ([b, t, d], (keys, values) [b, heads, m + n, e]).
+    With ``causal`` and neither keep nor past, the causal order is the mask (SDPA's is_causal); a new token
+    after a cache and no keep sees every cached one.
     """
 
-    def __init__(self, d_model: int, n_head: int, d_head: int, dropatt: float = 0.0):
+    def __init__(self, d_model: int, n_head: int, d_head: int | None = None, dropatt: float = 0.0,
+                 bias: bool = True):
         super().__init__()
-        self.n_head, self.d_head, self.dropatt = n_head, d_head, dropatt
-        self.qkv = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
-        self.out = nn.Linear(n_head * d_head, d_model, bias=False)
+        self.n_head, self.dropatt = n_head, dropatt
+        self.d_head = d_model // n_head if d_head is None else d_head
+        self.qkv = nn.Linear(d_model, 3 * n_head * self.d_head, bias=bias)
+        self.out = nn.Linear(n_head * self.d_head, d_model, bias=bias)
 
-    def forward(self, content: Tensor, mask: Tensor, t: int) -> Tensor:
-        b, klen, _ = content.shape
-        q, k, v = (x.view(b, klen, self.n_head, self.d_head).transpose(1, 2)
-                   for x in self.qkv(content).chunk(3, dim=-1))
-        q = q[:, :, -t:]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask,
+    def forward(self, h: Tensor, keep: Tensor | None = None, past: tuple[Tensor, Tensor] | None = None,
+                causal: bool = False, last: int | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        b, n, _ = h.shape
+        q, k, v = self.qkv(h).view(b, n, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)  # [b, heads, n, e]
+        if last is not None:
+            q = q[:, :, -last:]
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal and keep is None and past is None,
                                              dropout_p=self.dropatt if self.training else 0.0)
-        return self.out(out.transpose(1, 2).reshape(b, t, self.n_head * self.d_head))
+        return self.out(out.transpose(1, 2).reshape(b, q.shape[2], self.n_head * self.d_head)), (k, v)
