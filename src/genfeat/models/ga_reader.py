@@ -29,8 +29,13 @@ Padding does not change any output at real positions: the GRUs read each row's r
 padding (:class:`BiGRU`), attention ignores padded question words, and padded paragraph positions get
 logit -inf.
 
-Not from the GA reader paper: no character embeddings, no question-evidence common-word feature and no
-pretrained (GloVe) vectors; embeddings start at random.
+Question-evidence common-word feature (Dhingra et al. §3.3, "qe-comm", from Li et al. 2016; ``qe_comm``): for each
+paragraph word an indicator f_i ∈ {0, 1} of whether the word occurs in the question, looked up in a trainable
+table F (2 x 2, n_F = 2) and appended to the input of the last layer's paragraph GRU: X^(K-1)_i <- [X^(K-1)_i ; F f_i].
+Special words (padding, unknown word, domain tags: ids below ``first_word_id``) are never common words.
+
+Not from the GA reader paper: no character embeddings and no pretrained (GloVe) vectors; embeddings start at
+random.
 """
 
 from __future__ import annotations
@@ -64,6 +69,11 @@ class GAReaderConfig(Config):
     """Word id of the tag d_true (:data:`genfeat.data.gdan.SPECIALS`)."""
     d_gen_id: int = 3
     """Word id of the tag d_gen."""
+    qe_comm: bool = False
+    """Append the question-evidence common-word feature to the last layer's paragraph input (Dhingra et al.
+    §3.3); off: the reader of the runs made before it existed."""
+    first_word_id: int = 6
+    """Ids below this are special words (:data:`genfeat.data.gdan.SPECIALS`), never common words for qe_comm."""
 
     def __post_init__(self):
         if self.vocab_size < 0 or self.embed_dim < 1 or self.hidden < 1 or self.layers < 1:
@@ -71,6 +81,10 @@ class GAReaderConfig(Config):
                              f"{self.vocab_size}, {self.embed_dim}, {self.hidden}, {self.layers}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+QE_COMM_DIM = 2
+"""n_F, the size of the qe-comm feature embedding (Dhingra et al. use 2)."""
 
 
 @dataclass
@@ -163,7 +177,10 @@ class GAReader(nn.Module):
         self.config = cfg
         h2 = 2 * cfg.hidden
         self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0)
-        self.doc_grus = nn.ModuleList([BiGRU(cfg.embed_dim if k == 0 else h2, cfg.hidden) for k in range(cfg.layers)])
+        extra = [QE_COMM_DIM if cfg.qe_comm and k == cfg.layers - 1 else 0 for k in range(cfg.layers)]
+        self.doc_grus = nn.ModuleList([BiGRU((cfg.embed_dim if k == 0 else h2) + extra[k], cfg.hidden)
+                                       for k in range(cfg.layers)])
+        self.qe_comm = nn.Embedding(2, QE_COMM_DIM) if cfg.qe_comm else None
         self.query_grus = nn.ModuleList([BiGRU(cfg.embed_dim, cfg.hidden) for _ in range(cfg.layers)])
         self.start = nn.Linear(h2, h2, bias=False)
         self.end = nn.Linear(h2, h2, bias=False)
@@ -181,6 +198,9 @@ class GAReader(nn.Module):
             :class:`GAReaderOutput` with (b, n) logits over the paragraph's own words.
         """
         n = paragraph.shape[1]
+        if self.qe_comm is not None:
+            common = (paragraph[:, :, None] == question[:, None, :]) & question_mask[:, None, :]
+            common = common.any(-1) & paragraph_mask & (paragraph >= self.config.first_word_id)   # (b, n)
         if domain is not None:
             tag = torch.where(domain.bool(), self.config.d_gen_id, self.config.d_true_id)
             paragraph, paragraph_mask_t = append_tag(paragraph, paragraph_mask, tag)
@@ -190,6 +210,11 @@ class GAReader(nn.Module):
         x = self.drop(self.embed(paragraph))
         y = self.drop(self.embed(question))
         for k in range(self.config.layers):
+            if k == self.config.layers - 1 and self.qe_comm is not None:
+                # F f_i at the real words; zeros at padding and at the domain tag (appended past the words)
+                feature = self.qe_comm(common.long()) * paragraph_mask[:, :, None]           # (b, n, 2)
+                feature = torch.cat([feature, feature.new_zeros(feature.shape[0], x.shape[1] - n, QE_COMM_DIM)], 1)
+                x = torch.cat([x, feature], -1)
             d = self.drop(self.doc_grus[k](x, paragraph_mask_t))
             q = self.drop(self.query_grus[k](y, question_mask))
             if k < self.config.layers - 1:
