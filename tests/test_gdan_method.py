@@ -73,6 +73,28 @@ def test_settings_build_their_terms(small, setting, domains):
 
 
 @needs_data
+def test_word_vectors_start_the_readers_embeddings(small, tmp_path, capsys):
+    from genfeat.data.gdan import SPECIALS
+    from genfeat.errors import ConfigError
+    from genfeat.models.word2vec import save_word2vec_format
+    data, vocab = small
+    words = [vocab.symbols[10], vocab.symbols[20], "not-in-the-vocabulary", SPECIALS[1]]
+    vectors = torch.arange(64, dtype=torch.float32).view(4, 16)
+    path = save_word2vec_format(tmp_path / "v.txt", words, vectors)
+    d = build(_cfg("sl"), data, vocab, seed=0).model.d.embed.weight
+    start = build(_cfg("sl", d_vectors=str(path)), data, vocab, seed=0).model.d.embed.weight
+    assert "for 2 of the" in capsys.readouterr().err
+    assert torch.equal(start[10], vectors[0]) and torch.equal(start[20], vectors[1])
+    others = [i for i in range(len(vocab)) if i not in (10, 20)]
+    assert torch.equal(start[others], d[others]), "other words and the special words keep their random start"
+    with pytest.raises(ConfigError, match="16-dimensional.*set reader.embed_dim to 3"):
+        build(_cfg("sl", d_vectors=str(save_word2vec_format(tmp_path / "w.txt", words, torch.zeros(4, 3)))),
+              data, vocab, seed=0)
+    with pytest.raises(ConfigError, match="d_vectors and d_init are both set"):
+        build(_cfg("sl", d_vectors=str(path), d_init="runs/none"), data, vocab, seed=0)
+
+
+@needs_data
 def test_d_steps_fit_the_labelled_questions(small):
     """A few Adam steps on J(L) lower the loss on the labelled questions (the schedule trains D)."""
     from genfeat.framework import Trainer

@@ -22,7 +22,7 @@ from genfeat.framework.trainer import Trainer
 from genfeat.methods import word2vec as w2v_method
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, corpus_shards, encode_sentences, fit_word2vec
 from genfeat.eval.word_vectors import nearest_neighbours
-from genfeat.models.word2vec import Word2Vec, Word2VecConfig, save_word2vec_format
+from genfeat.models.word2vec import Word2Vec, Word2VecConfig, load_word2vec_format, save_word2vec_format
 from genfeat.objectives.word2vec import (WindowSampler, Word2VecObjective, huffman_tree, keep_probability,
                                          noise_distribution)
 
@@ -523,6 +523,41 @@ def test_export_formats(tmp_path, binary):
     np.testing.assert_array_equal(kv.vectors, vec.numpy())
     with pytest.raises(DataError, match="white space"):
         save_word2vec_format(tmp_path / "w", ["a b"], torch.zeros(1, 2))
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_load_reads_back_what_gensim_writes_and_reads(tmp_path, binary):
+    gensim = pytest.importorskip("gensim")
+    words = ["the", "naïve", "<unk>", "n't"]
+    kv = gensim.models.KeyedVectors(5)
+    kv.add_vectors(words, np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32))
+    path = tmp_path / ("v.bin" if binary else "v.txt")
+    kv.save_word2vec_format(str(path), binary=binary)
+    got_words, got = load_word2vec_format(path)
+    assert got_words == words
+    np.testing.assert_allclose(got, kv.vectors, rtol=1e-6)        # text keeps gensim's printed digits
+    kept, rows = load_word2vec_format(path, wanted={"n't", "the", "absent"})
+    assert kept == ["the", "n't"] and np.array_equal(rows, got[[0, 3]])
+    # ours written, ours read: exact
+    ours = save_word2vec_format(tmp_path / "ours", words, got, binary)
+    assert load_word2vec_format(ours)[0] == words and np.array_equal(load_word2vec_format(ours)[1], got)
+
+
+def test_load_reads_glove_text_and_refuses_malformed_files(tmp_path):
+    glove = tmp_path / "glove.txt"
+    glove.write_text("the 0.5 -1\nof 2 3e-1\nthe 9 9\n")                      # no header; a repeated word
+    words, vec = load_word2vec_format(glove)
+    assert words == ["the", "of"] and vec.tolist() == [[0.5, -1.0], [2.0, 0.30000001192092896]]
+    cases = {"short.txt": (b"2 3\nthe 1 2 3\nof 1 2\n", "line 3 has 2 numbers, expected 3"),
+             "nan.txt": (b"the 1 x\n", "line 1 holds a value that is not a number"),
+             "cut.bin": (b"2 3\nthe " + np.ones(3, "<f4").tobytes() + b"\nof " + b"\x00\x01", "record 2 of 2 is cut short"),
+             "empty.txt": (b"", "hold no vectors")}
+    for name, (raw, message) in cases.items():
+        (tmp_path / name).write_bytes(raw)
+        with pytest.raises(DataError, match=message):
+            load_word2vec_format(tmp_path / name)
+    with pytest.raises(DataError, match="do not exist"):
+        load_word2vec_format(tmp_path / "missing.txt")
 
 
 def test_evaluation_matches_gensim(tmp_path):

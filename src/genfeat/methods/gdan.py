@@ -69,8 +69,8 @@ from torch import Tensor, nn
 
 from ..config import Config, from_dict, to_dict
 from ..data.answer_chunks import ChunkConfig, backend_name
-from ..data.gdan import (CollatedStream, GDANData, GDANDataConfig, QAExample, WindowEncoder, build_vocab, collate_qa,
-                         context_questions, evaluation_questions, load_gdan_data)
+from ..data.gdan import (SPECIALS, CollatedStream, GDANData, GDANDataConfig, QAExample, WindowEncoder, build_vocab,
+                         collate_qa, context_questions, evaluation_questions, load_gdan_data)
 from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
 from ..data.vocab import SymbolVocab
 from ..errors import CheckpointError, ConfigError
@@ -82,6 +82,7 @@ from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoin
 from ..io import write_json_atomic
 from ..models.ga_reader import GAReader, GAReaderConfig
 from ..models.heads import FineTuneConfig, HeadConfig
+from ..models.word2vec import load_word2vec_format
 from ..models.question_gen import QuestionGenConfig
 from ..models.span_reader import SpanReader, SpanReaderConfig
 from ..objectives.question_gen import QuestionGenReinforce
@@ -156,6 +157,11 @@ class GDANRecipe(Config):
     """Beyond the thesis: a genfeat bert or xlnet checkpoint (e.g. runs/bert_pretrain/final) whose encoder with a
     span head is D (:class:`~genfeat.models.span_reader.SpanReader`) instead of the GA reader (``reader`` is
     then unused); empty: the GA reader."""
+    d_vectors: str = ""
+    """Word vectors (word2vec text or binary, e.g. a genfeat word2vec run's OUT/vectors.txt, or GloVe text) that
+    initialise the GA reader's embeddings for the words of D's vocabulary they hold (the rest keep their random
+    start; the table stays trainable), as the GA reader's GloVe start; their size must be ``reader.embed_dim``.
+    Empty: random embeddings."""
     d_max_len: int = 128
     """Pretrained D: tokens per window (at most the backbone's positions; BERT's recipe has 128)."""
     d_doc_stride: int = 64
@@ -317,7 +323,12 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool) -> tuple[nn.Mo
     :class:`WindowEncoder`, the checkpoint's tokenizer)."""
     if not cfg.d_init:
         d = GAReader(replace(cfg.reader, vocab_size=len(vocab)))
+        if cfg.d_vectors:
+            init_word_vectors(d.embed, vocab, cfg.d_vectors)
         return d, reader_collate(d, vocab, cfg, tagged), vocab
+    if cfg.d_vectors:
+        raise ConfigError("d_vectors and d_init are both set: word vectors initialise the GA reader, and d_init "
+                          "replaces it with a pretrained encoder", "set one of them")
     backbone, tokenizer = load_checkpoint(cfg.d_init)
     arch = architecture_of(backbone)
     if arch not in ("bert", "xlnet") or tokenizer is None:
@@ -328,6 +339,28 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool) -> tuple[nn.Mo
     d = SpanReader(SpanReaderConfig(FineTuneConfig(task="gdan", backbone=arch, head=head, max_len=cfg.d_max_len,
                                                    doc_stride=cfg.d_doc_stride)), backbone)
     return d, reader_collate(d, tokenizer, cfg, tagged), tokenizer
+
+
+@torch.no_grad()
+def init_word_vectors(embed: nn.Embedding, vocab: SymbolVocab, path: str) -> int:
+    """Copy the vectors of ``path`` (:func:`~genfeat.models.word2vec.load_word2vec_format`) into the rows of
+    ``embed`` of the vocabulary's words they hold (special words keep theirs), and say how many on stderr.
+
+    Returns:
+        The number of words initialised.
+    Raises:
+        ConfigError: the vectors' size is not the table's.
+    """
+    words, vectors = load_word2vec_format(path, {w for w in vocab.symbols if w not in SPECIALS})
+    if vectors.shape[1] != embed.embedding_dim:
+        raise ConfigError(f"d_vectors '{path}' holds {vectors.shape[1]}-dimensional vectors and D's embeddings are "
+                          f"{embed.embedding_dim}-dimensional", f"set reader.embed_dim to {vectors.shape[1]}")
+    if words:
+        rows = torch.tensor([vocab.index[w] for w in words])
+        embed.weight[rows] = torch.from_numpy(vectors).to(embed.weight.dtype)
+    print(f"note: D's word embeddings start from '{path}' for {len(words):,} of the "
+          f"{len(vocab) - len(SPECIALS):,} words of its vocabulary", file=sys.stderr)
+    return len(words)
 
 
 def reader_collate(d: nn.Module, vocab: Any, cfg: GDANRecipe, tagged: bool) -> Callable[[list[QAExample]], dict]:

@@ -191,3 +191,77 @@ def save_word2vec_format(path: str | Path, words: list[str], vectors: Tensor | n
         else:
             f.writelines((w + " " + " ".join(repr(float(x)) for x in row) + "\n").encode("utf-8") for w, row in zip(words, vec))
     return Path(path)
+
+
+def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tuple[list[str], np.ndarray]:
+    """Read word vectors written by :func:`save_word2vec_format`, word2vec.c or gensim (text or binary, with the
+    ``V d`` header), or GloVe's text files (no header).
+
+    The format is told from the file: a first line of two integers is the header; the record after it is text if
+    it decodes as UTF-8 into a word and d numbers, else binary (the word, a space, d little-endian float32).
+
+    Args:
+        path: the file.
+        wanted: keep only these words (the rest are read past); None: every word.
+    Returns:
+        (words, vectors (n, d) float32), in file order; a word given twice keeps its first vector.
+    Raises:
+        DataError: a missing file, a malformed header or record (named by its line or record number), no vectors.
+    """
+    path = Path(path)
+    fix = "pass a word2vec text or binary file (genfeat run writes OUT/vectors.txt or .bin) or a GloVe .txt"
+    if not path.is_file():
+        raise DataError(f"word vectors '{path}' do not exist", fix)
+    data = path.read_bytes()
+    first, _, rest = data.partition(b"\n")
+    head = first.split()
+    has_header = len(head) == 2 and all(x.isdigit() for x in head)
+    words: list[str] = []
+    rows: list[np.ndarray] = []
+    seen: set[str] = set()
+
+    def keep(word: str, row: np.ndarray) -> None:
+        if (wanted is None or word in wanted) and word not in seen:
+            seen.add(word)
+            words.append(word)
+            rows.append(row)
+
+    def parse_text(line: bytes, number: int, d: int | None) -> tuple[str, np.ndarray]:
+        parts = line.decode("utf-8").rstrip().split(" ")
+        if len(parts) < 2 or (d is not None and len(parts) != d + 1):
+            raise ValueError(f"line {number} has {len(parts) - 1} numbers, expected {d}")
+        try:
+            return parts[0], np.asarray(parts[1:], dtype=np.float32)
+        except ValueError:
+            raise ValueError(f"line {number} holds a value that is not a number") from None
+
+    d = int(head[1]) if has_header else None
+    body = rest if has_header else data
+    binary = False
+    if has_header and body:
+        try:
+            parse_text(body.partition(b"\n")[0], 2, d)
+        except (UnicodeDecodeError, ValueError):
+            binary = True
+    try:
+        if binary:
+            n, pos, width = int(head[0]), 0, 4 * d
+            for record in range(1, n + 1):
+                while body[pos:pos + 1] == b"\n":
+                    pos += 1
+                space = body.find(b" ", pos)
+                if space < 0 or space + 1 + width > len(body):
+                    raise ValueError(f"record {record} of {n} is cut short")
+                keep(body[pos:space].decode("utf-8"), np.frombuffer(body, "<f4", d, space + 1).copy())
+                pos = space + 1 + width
+        else:
+            for number, line in enumerate(body.splitlines(), start=2 if has_header else 1):
+                if line.strip():
+                    word, row = parse_text(line, number, d)
+                    d = len(row)
+                    keep(word, row)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DataError(f"word vectors '{path}' are malformed: {e}", fix) from None
+    if d is None or (wanted is None and not words):
+        raise DataError(f"word vectors '{path}' hold no vectors", fix)
+    return words, np.stack(rows) if rows else np.zeros((0, d), np.float32)
