@@ -92,6 +92,12 @@ def test_word_vectors_start_the_readers_embeddings(small, tmp_path, capsys):
               data, vocab, seed=0)
     with pytest.raises(ConfigError, match="d_vectors and d_init are both set"):
         build(_cfg("sl", d_vectors=str(path), d_init="runs/none"), data, vocab, seed=0)
+    from genfeat.errors import DataError
+    with pytest.raises(DataError, match="holds none of the"):
+        build(_cfg("sl", d_vectors=str(save_word2vec_format(tmp_path / "x.txt", ["zzqx"], torch.zeros(1, 16)))),
+              data, vocab, seed=0)
+    # a resumed run takes its weights from the checkpoint: the vectors are not read (nor needed)
+    assert build(_cfg("sl", d_vectors=str(tmp_path / "gone.txt")), data, vocab, seed=0, resume=True).model.d
 
 
 @needs_data

@@ -160,3 +160,16 @@ def test_bf16_autocast_trains_close_to_fp32():
     assert loss.dtype == torch.float32 and abs(loss.item() - ref.item()) < 0.05 * ref.item()
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+def test_shared_attention_refuses_causal_order_sdpa_would_misalign():
+    from genfeat.nn.attention import MultiHeadAttention
+    attn = MultiHeadAttention(8, 2)
+    h = torch.randn(1, 3, 8)
+    _, past = attn(h, causal=True)
+    with pytest.raises(ValueError, match="needs keep"):
+        attn(h, past=past, causal=True)                  # three new tokens after a cache, no mask
+    with pytest.raises(ValueError, match="needs keep"):
+        attn(h, causal=True, last=2)
+    out, _ = attn(h[:, :1], past=past, causal=True)      # one new token sees every cached one
+    assert out.shape == (1, 1, 8)

@@ -545,12 +545,20 @@ def test_load_reads_back_what_gensim_writes_and_reads(tmp_path, binary):
 
 def test_load_reads_glove_text_and_refuses_malformed_files(tmp_path):
     glove = tmp_path / "glove.txt"
-    glove.write_text("the 0.5 -1\nof 2 3e-1\nthe 9 9\n")                      # no header; a repeated word
+    glove.write_bytes(b"\xef\xbb\xbfthe 0.5 -1\n. . . 2 3e-1\r\nthe 9 9\n")   # BOM, a word with spaces, CRLF, a repeat
     words, vec = load_word2vec_format(glove)
-    assert words == ["the", "of"] and vec.tolist() == [[0.5, -1.0], [2.0, 0.30000001192092896]]
-    cases = {"short.txt": (b"2 3\nthe 1 2 3\nof 1 2\n", "line 3 has 2 numbers, expected 3"),
+    assert words == ["the", ". . ."] and vec.tolist() == [[0.5, -1.0], [2.0, 0.30000001192092896]]
+    spaced = tmp_path / "spaced.txt"
+    spaced.write_bytes(b"2 2\n\nthe 1 2\nof 3 4\n")                                # a blank line after the header
+    assert load_word2vec_format(spaced)[0] == ["the", "of"]
+    cases = {"short.txt": (b"2 3\nthe 1 2 3\nof 1 2\n", "line 3 is not a word and 3 numbers"),
              "nan.txt": (b"the 1 x\n", "line 1 holds a value that is not a number"),
+             "inf.txt": (b"the 1 inf\n", "'the' holds a value that is not finite"),
+             "first.txt": (b"2 2\nthe 1 x\nof 1 2\n", r"neither text \(line 2: line 2 holds a value"),
+             "count.txt": (b"3 2\nthe 1 2\nof 1 2\n", "announces 3 vectors and the file holds 2"),
              "cut.bin": (b"2 3\nthe " + np.ones(3, "<f4").tobytes() + b"\nof " + b"\x00\x01", "record 2 of 2 is cut short"),
+             "long.bin": (b"1 1\nthe " + np.ones(1, "<f4").tobytes() + b"\nof " + np.ones(1, "<f4").tobytes(),
+                          "bytes follow the 1 binary records"),
              "empty.txt": (b"", "hold no vectors")}
     for name, (raw, message) in cases.items():
         (tmp_path / name).write_bytes(raw)

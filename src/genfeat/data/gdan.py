@@ -22,8 +22,9 @@ Tokenisation is word level with character offsets (:func:`words`): runs of word 
 inner hyphens and apostrophes), each other non-space character alone, lower-cased. A predicted word
 span maps back to the paragraph's own characters, so EM/F1 are scored on the original text. The word
 vocabulary (:func:`build_vocab`) holds the training-side words (labelled questions and paragraphs,
-unlabelled paragraphs; never dev or test) and is initialised at random by the model: no GloVe, which
-the thesis used, so absolute F1 is lower than with pretrained vectors.
+unlabelled paragraphs; never dev or test). The model starts its embeddings at random unless the recipe's
+``d_vectors`` names word vectors (the thesis used GloVe; genfeat's own word2vec vectors fit), so absolute F1
+is lower than the thesis's.
 
 Bad input raises :class:`~genfeat.errors.DataError` naming the file and record (the SQuAD reader of
 :mod:`genfeat.tasks.loaders`: an answer not at its offset, an empty context or question) or

@@ -51,7 +51,8 @@ encoder with a span head (:class:`~genfeat.models.span_reader.SpanReader`; recip
 domain tags learned embeddings on an extra token after the question; G, the data and the schedules are the same.
 
 The thesis's D is larger (GloVe-initialised, character features) and G's questions come from 1M
-Wikipedia paragraphs; here both models start at random and the unlabelled text is SQuAD's unlabelled
+Wikipedia paragraphs; here both models start at random (D's embeddings from word vectors with ``d_vectors``:
+GloVe, or a genfeat word2vec run's) and the unlabelled text is SQuAD's unlabelled
 articles plus WikiText-2 valid/test (:mod:`genfeat.data.gdan`).
 """
 
@@ -73,7 +74,7 @@ from ..data.gdan import (SPECIALS, CollatedStream, GDANData, GDANDataConfig, QAE
                          collate_qa, context_questions, evaluation_questions, load_gdan_data)
 from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
 from ..data.vocab import SymbolVocab
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, DataError
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import read_config, resume_dir, save_checkpoint
@@ -317,13 +318,14 @@ class Built(NamedTuple):
     """The vocabulary saved beside D: the word vocabulary, or a pretrained D's tokenizer."""
 
 
-def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool) -> tuple[nn.Module, Callable, Any]:
+def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool = True
+               ) -> tuple[nn.Module, Callable, Any]:
     """D, its collate function and its vocabulary: the GA reader on ``vocab`` (:func:`collate_qa`), or with
     ``cfg.d_init`` that checkpoint's encoder with a span head (:class:`SpanReader`, windows of
     :class:`WindowEncoder`, the checkpoint's tokenizer)."""
     if not cfg.d_init:
         d = GAReader(replace(cfg.reader, vocab_size=len(vocab)))
-        if cfg.d_vectors:
+        if cfg.d_vectors and vectors:
             init_word_vectors(d.embed, vocab, cfg.d_vectors)
         return d, reader_collate(d, vocab, cfg, tagged), vocab
     if cfg.d_vectors:
@@ -350,8 +352,12 @@ def init_word_vectors(embed: nn.Embedding, vocab: SymbolVocab, path: str) -> int
         The number of words initialised.
     Raises:
         ConfigError: the vectors' size is not the table's.
+        DataError: a malformed file, or none of the vocabulary's words in it.
     """
     words, vectors = load_word2vec_format(path, {w for w in vocab.symbols if w not in SPECIALS})
+    if not words:
+        raise DataError(f"d_vectors '{path}' holds none of the {len(vocab) - len(SPECIALS):,} words of D's vocabulary",
+                        "use vectors of lower-cased words of the same language (e.g. a genfeat word2vec run's)")
     if vectors.shape[1] != embed.embedding_dim:
         raise ConfigError(f"d_vectors '{path}' holds {vectors.shape[1]}-dimensional vectors and D's embeddings are "
                           f"{embed.embedding_dim}-dimensional", f"set reader.embed_dim to {vectors.shape[1]}")
@@ -373,11 +379,12 @@ def reader_collate(d: nn.Module, vocab: Any, cfg: GDANRecipe, tagged: bool) -> C
                          tagged).collate
 
 
-def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int) -> Built:
-    """D (and G) in a ModuleDict (``d``, ``g``) and the schedule of ``cfg.setting`` (:class:`Built`)."""
+def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int, resume: bool = False) -> Built:
+    """D (and G) in a ModuleDict (``d``, ``g``) and the schedule of ``cfg.setting`` (:class:`Built`); ``resume``:
+    the weights come from a checkpoint next, so ``d_vectors`` is not read."""
     torch.manual_seed(seed)
     tagged = cfg.setting in TAGGED_SETTINGS
-    d, collate, d_vocab = new_reader(cfg, vocab, tagged)
+    d, collate, d_vocab = new_reader(cfg, vocab, tagged, vectors=not resume)
     modules = {"d": d}
     if cfg.setting in GENERATOR_SETTINGS:
         modules["g"] = new_generator(cfg.generator, vocab)
@@ -417,7 +424,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         resume: bool = False) -> dict[str, float]:
     data = load_gdan_data(cfg.data, seed)
     vocab = build_vocab(data, cfg.min_freq)
-    model, pretrain, phase, n_unl, collate, d_vocab = build(cfg, data, vocab, seed)
+    model, pretrain, phase, n_unl, collate, d_vocab = build(cfg, data, vocab, seed, resume)
     domain = D_TRUE if cfg.setting in TAGGED_SETTINGS else None
     dev, test = data.dev[:cfg.max_eval or None], data.test[:cfg.max_eval or None]
     evaluate = lambda m: {f"dev_{k}": v for k, v in score(m, dev, collate, domain, cfg.eval_batch,  # noqa: E731

@@ -34,8 +34,8 @@ paragraph word an indicator f_i ∈ {0, 1} of whether the word occurs in the que
 table F (2 x 2, n_F = 2) and appended to the input of the last layer's paragraph GRU: X^(K-1)_i <- [X^(K-1)_i ; F f_i].
 Special words (padding, unknown word, domain tags: ids below ``first_word_id``) are never common words.
 
-Not from the GA reader paper: no character embeddings and no pretrained (GloVe) vectors; embeddings start at
-random.
+Not from the GA reader paper: no character embeddings. Embeddings start at random; GDAN's ``d_vectors`` starts
+them from word vectors (the paper's GloVe, or genfeat's word2vec).
 """
 
 from __future__ import annotations
@@ -81,6 +81,8 @@ class GAReaderConfig(Config):
                              f"{self.vocab_size}, {self.embed_dim}, {self.hidden}, {self.layers}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.first_word_id < 1:
+            raise ValueError(f"first_word_id must be >= 1 (id 0 is padding), got {self.first_word_id}")
 
 
 QE_COMM_DIM = 2

@@ -195,10 +195,12 @@ def save_word2vec_format(path: str | Path, words: list[str], vectors: Tensor | n
 
 def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tuple[list[str], np.ndarray]:
     """Read word vectors written by :func:`save_word2vec_format`, word2vec.c or gensim (text or binary, with the
-    ``V d`` header), or GloVe's text files (no header).
+    ``V d`` header), or GloVe's text files (no header; a word may hold spaces, as in glove.840B).
 
-    The format is told from the file: a first line of two integers is the header; the record after it is text if
-    it decodes as UTF-8 into a word and d numbers, else binary (the word, a space, d little-endian float32).
+    The format is told from the file: a first line of two positive integers is the header; the file is then text
+    if its first record is a word and d numbers, else binary (per record the word, a space, d little-endian
+    float32), and a binary reading must account for every byte. Text is read line by line and only the wanted
+    words' numbers are parsed, so a large file costs one pass and the memory of the words kept.
 
     Args:
         path: the file.
@@ -206,62 +208,110 @@ def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tu
     Returns:
         (words, vectors (n, d) float32), in file order; a word given twice keeps its first vector.
     Raises:
-        DataError: a missing file, a malformed header or record (named by its line or record number), no vectors.
+        DataError: a missing file; a malformed header, line or record (named by its number); a record count
+            other than the header's; a value that is not a finite number; no vectors.
     """
     path = Path(path)
     fix = "pass a word2vec text or binary file (genfeat run writes OUT/vectors.txt or .bin) or a GloVe .txt"
     if not path.is_file():
         raise DataError(f"word vectors '{path}' do not exist", fix)
-    data = path.read_bytes()
-    first, _, rest = data.partition(b"\n")
-    head = first.split()
-    has_header = len(head) == 2 and all(x.isdigit() for x in head)
+
+    def bad(what: str) -> DataError:
+        return DataError(f"word vectors '{path}' are malformed: {what}", fix)
+
+    with open(path, "rb") as f:
+        first = f.readline()
+        bom = 3 if first.startswith(b"\xef\xbb\xbf") else 0
+        head = first[bom:].split()
+        header = len(head) == 2 and all(x.isdigit() for x in head) and int(head[1]) > 0
+        n, d = (int(head[0]), int(head[1])) if header else (None, None)
+        start = f.tell() if header else bom
+        binary = False
+        if header:
+            line = f.readline()
+            while line and not line.strip():
+                line = f.readline()
+            try:
+                _text_record(line, 2, d, None)
+            except (UnicodeDecodeError, ValueError) as e:
+                text_error = e
+                binary = True
+        f.seek(start)
+        if binary:
+            words, rows = _binary_records(f.read(), n, d, wanted, bad, text_error)
+        else:
+            words, rows, count, d = _text_records(f, d, wanted, bad, 2 if header else 1)
+            if header and count != n:
+                raise bad(f"the header announces {n:,} vectors and the file holds {count:,}")
+    if d is None or (wanted is None and not words):
+        raise DataError(f"word vectors '{path}' hold no vectors", fix)
+    vectors = np.stack(rows) if rows else np.zeros((0, d), np.float32)
+    if not np.isfinite(vectors).all():
+        raise bad(f"the vector of {words[int(np.nonzero(~np.isfinite(vectors).all(1))[0][0])]!r} holds a value that "
+                  "is not finite")
+    return words, vectors
+
+
+def _text_record(line: bytes, number: int, d: int | None, wanted: set[str] | None
+                 ) -> tuple[str, np.ndarray | None, int]:
+    """One text line -> (word, its numbers or None when not wanted, d); the word is everything before the last d
+    fields (GloVe's words may hold spaces)."""
+    text = line.decode("utf-8").rstrip("\r\n")
+    parts = text.split(" ") if d is None else text.rsplit(" ", d)
+    if len(parts) < 2 or (d is not None and len(parts) != d + 1) or not parts[0]:
+        raise ValueError(f"line {number} is not a word and {d if d is not None else 'its'} numbers separated by "
+                         "spaces")
+    word, numbers = parts[0], parts[1:]
+    if wanted is not None and word not in wanted:
+        return word, None, len(numbers)
+    try:
+        return word, np.asarray(numbers, dtype=np.float32), len(numbers)
+    except ValueError:
+        raise ValueError(f"line {number} holds a value that is not a number") from None
+
+
+def _text_records(f, d: int | None, wanted: set[str] | None, bad, first_number: int):
     words: list[str] = []
     rows: list[np.ndarray] = []
     seen: set[str] = set()
-
-    def keep(word: str, row: np.ndarray) -> None:
-        if (wanted is None or word in wanted) and word not in seen:
+    count = 0
+    for number, line in enumerate(f, start=first_number):
+        if not line.strip():
+            continue
+        try:
+            word, row, d = _text_record(line, number, d, wanted)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise bad(f"line {number}: {e}" if isinstance(e, UnicodeDecodeError) else str(e)) from None
+        count += 1
+        if row is not None and word not in seen:
             seen.add(word)
             words.append(word)
             rows.append(row)
+    return words, rows, count, d
 
-    def parse_text(line: bytes, number: int, d: int | None) -> tuple[str, np.ndarray]:
-        parts = line.decode("utf-8").rstrip().split(" ")
-        if len(parts) < 2 or (d is not None and len(parts) != d + 1):
-            raise ValueError(f"line {number} has {len(parts) - 1} numbers, expected {d}")
-        try:
-            return parts[0], np.asarray(parts[1:], dtype=np.float32)
-        except ValueError:
-            raise ValueError(f"line {number} holds a value that is not a number") from None
 
-    d = int(head[1]) if has_header else None
-    body = rest if has_header else data
-    binary = False
-    if has_header and body:
+def _binary_records(body: bytes, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception):
+    words: list[str] = []
+    rows: list[np.ndarray] = []
+    seen: set[str] = set()
+    pos, width = 0, 4 * d
+    for record in range(1, n + 1):
+        while body[pos:pos + 1] == b"\n":
+            pos += 1
+        space = body.find(b" ", pos)
+        raw = body[pos:space] if space >= 0 else b""
         try:
-            parse_text(body.partition(b"\n")[0], 2, d)
-        except (UnicodeDecodeError, ValueError):
-            binary = True
-    try:
-        if binary:
-            n, pos, width = int(head[0]), 0, 4 * d
-            for record in range(1, n + 1):
-                while body[pos:pos + 1] == b"\n":
-                    pos += 1
-                space = body.find(b" ", pos)
-                if space < 0 or space + 1 + width > len(body):
-                    raise ValueError(f"record {record} of {n} is cut short")
-                keep(body[pos:space].decode("utf-8"), np.frombuffer(body, "<f4", d, space + 1).copy())
-                pos = space + 1 + width
-        else:
-            for number, line in enumerate(body.splitlines(), start=2 if has_header else 1):
-                if line.strip():
-                    word, row = parse_text(line, number, d)
-                    d = len(row)
-                    keep(word, row)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise DataError(f"word vectors '{path}' are malformed: {e}", fix) from None
-    if d is None or (wanted is None and not words):
-        raise DataError(f"word vectors '{path}' hold no vectors", fix)
-    return words, np.stack(rows) if rows else np.zeros((0, d), np.float32)
+            word = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            word = ""
+        if space < 0 or space + 1 + width > len(body) or not word or any(c.isspace() or ord(c) < 32 for c in word):
+            raise bad(f"neither text (line 2: {text_error}) nor binary (record {record} of {n} is cut short or "
+                      "its word is not UTF-8 text without white space)")
+        if (wanted is None or word in wanted) and word not in seen:
+            seen.add(word)
+            words.append(word)
+            rows.append(np.frombuffer(body, "<f4", d, space + 1).copy())
+        pos = space + 1 + width
+    if body[pos:].strip():
+        raise bad(f"{len(body) - pos:,} bytes follow the {n:,} binary records the header announces")
+    return words, rows

@@ -393,6 +393,9 @@ class MultiHeadAttention(nn.Module):
     def forward(self, h: Tensor, keep: Tensor | None = None, past: tuple[Tensor, Tensor] | None = None,
                 causal: bool = False, last: int | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         b, n, _ = h.shape
+        if causal and keep is None and (last is not None or (past is not None and n > 1)):
+            raise ValueError("causal attention over a query slice or several new tokens after a cache needs keep "
+                             "(SDPA's is_causal aligns queries with the first keys)")
         q, k, v = self.qkv(h).view(b, n, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)  # [b, heads, n, e]
         if last is not None:
             q = q[:, :, -last:]
