@@ -322,7 +322,8 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool 
                ) -> tuple[nn.Module, Callable, Any]:
     """D, its collate function and its vocabulary: the GA reader on ``vocab`` (:func:`collate_qa`), or with
     ``cfg.d_init`` that checkpoint's encoder with a span head (:class:`SpanReader`, windows of
-    :class:`WindowEncoder`, the checkpoint's tokenizer)."""
+    :class:`WindowEncoder`, the checkpoint's tokenizer). ``vectors``: start the GA reader's embeddings from
+    ``cfg.d_vectors`` (false when a checkpoint's weights follow)."""
     if not cfg.d_init:
         d = GAReader(replace(cfg.reader, vocab_size=len(vocab)))
         if cfg.d_vectors and vectors:
