@@ -238,11 +238,12 @@ def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tu
                 binary = True
         f.seek(start)
         if binary:
-            words, rows = _binary_records(f.read(), n, d, wanted, bad, text_error)
+            kept = _binary_records(f.read(), n, d, wanted, bad, text_error)
         else:
-            words, rows, count, d = _text_records(f, d, wanted, bad, 2 if header else 1)
+            kept, count, d = _text_records(f, d, wanted, bad, 2 if header else 1)
             if header and count != n:
                 raise bad(f"the header announces {n:,} vectors and the file holds {count:,}")
+    words, rows = list(kept), list(kept.values())
     if d is None or (wanted is None and not words):
         raise DataError(f"word vectors '{path}' hold no vectors", fix)
     vectors = np.stack(rows) if rows else np.zeros((0, d), np.float32)
@@ -270,10 +271,10 @@ def _text_record(line: bytes, number: int, d: int | None, wanted: set[str] | Non
         raise ValueError(f"line {number} holds a value that is not a number") from None
 
 
-def _text_records(f, d: int | None, wanted: set[str] | None, bad, first_number: int):
-    words: list[str] = []
-    rows: list[np.ndarray] = []
-    seen: set[str] = set()
+def _text_records(f, d: int | None, wanted: set[str] | None, bad, first_number: int
+                  ) -> tuple[dict[str, np.ndarray], int, int | None]:
+    """The wanted words' vectors (the first of a repeated word), the number of records, d."""
+    kept: dict[str, np.ndarray] = {}
     count = 0
     for number, line in enumerate(f, start=first_number):
         if not line.strip():
@@ -283,17 +284,15 @@ def _text_records(f, d: int | None, wanted: set[str] | None, bad, first_number: 
         except (UnicodeDecodeError, ValueError) as e:
             raise bad(f"line {number}: {e}" if isinstance(e, UnicodeDecodeError) else str(e)) from None
         count += 1
-        if row is not None and word not in seen:
-            seen.add(word)
-            words.append(word)
-            rows.append(row)
-    return words, rows, count, d
+        if row is not None:
+            kept.setdefault(word, row)
+    return kept, count, d
 
 
-def _binary_records(body: bytes, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception):
-    words: list[str] = []
-    rows: list[np.ndarray] = []
-    seen: set[str] = set()
+def _binary_records(body: bytes, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception
+                    ) -> dict[str, np.ndarray]:
+    """The wanted words' vectors of the n binary records (the first of a repeated word)."""
+    kept: dict[str, np.ndarray] = {}
     pos, width = 0, 4 * d
     for record in range(1, n + 1):
         while body[pos:pos + 1] == b"\n":
@@ -307,11 +306,9 @@ def _binary_records(body: bytes, n: int, d: int, wanted: set[str] | None, bad, t
         if space < 0 or space + 1 + width > len(body) or not word or any(c.isspace() or ord(c) < 32 for c in word):
             raise bad(f"neither text (line 2: {text_error}) nor binary (record {record} of {n} is cut short or "
                       "its word is not UTF-8 text without white space)")
-        if (wanted is None or word in wanted) and word not in seen:
-            seen.add(word)
-            words.append(word)
-            rows.append(np.frombuffer(body, "<f4", d, space + 1).copy())
+        if (wanted is None or word in wanted) and word not in kept:
+            kept[word] = np.frombuffer(body, "<f4", d, space + 1).copy()
         pos = space + 1 + width
     if body[pos:].strip():
         raise bad(f"{len(body) - pos:,} bytes follow the {n:,} binary records the header announces")
-    return words, rows
+    return kept
