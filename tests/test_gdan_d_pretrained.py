@@ -125,6 +125,9 @@ def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monk
                                                           "d_doc_stride": 24, "max_eval": 20, "max_unlabelled": 6},
                      out_dir=tmp_path / "run", progress=False)["runs"][0]
     assert out["steps"] == 6 and 0.0 <= out["dev_f1"] <= 1.0
+    # the debug recipe's reader section configures the GA reader that d_init replaces: a note says it is ignored
+    assert ("note: reader.embed_dim, reader.hidden, reader.layers, reader.dropout, reader.qe_comm ignored"
+            in capsys.readouterr().err)
     d, d_vocab = load_checkpoint(tmp_path / "run" / "final" / "d")
     assert type(d).__name__ == "SpanReader" and len(d_vocab) == len(vocab)
     encoder = WindowEncoder(d_vocab, d.model.input_format(d_vocab), 48, 24, 32, tagged=True)

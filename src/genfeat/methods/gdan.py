@@ -61,7 +61,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, Sequence
 
@@ -157,7 +157,7 @@ class GDANRecipe(Config):
     d_init: str = ""
     """Beyond the thesis: a genfeat bert or xlnet checkpoint (e.g. runs/bert_pretrain/final) whose encoder with a
     span head is D (:class:`~genfeat.models.span_reader.SpanReader`) instead of the GA reader (``reader`` is
-    then unused); empty: the GA reader."""
+    then unused, and a note names the fields set in it); empty: the GA reader."""
     d_vectors: str = ""
     """Word vectors (word2vec text or binary, e.g. a genfeat word2vec run's OUT/vectors.txt, or GloVe text) that
     initialise the GA reader's embeddings for the words of D's vocabulary they hold (the rest keep their random
@@ -332,6 +332,10 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool 
     if cfg.d_vectors:
         raise ConfigError("d_vectors and d_init are both set: word vectors initialise the GA reader, and d_init "
                           "replaces it with a pretrained encoder", "set one of them")
+    changed = [f.name for f in fields(GAReaderConfig) if getattr(cfg.reader, f.name) != getattr(GAReaderConfig(), f.name)]
+    if changed:
+        print(f"note: reader.{', reader.'.join(changed)} ignored: they configure the GA reader, which d_init replaces "
+              "with a pretrained encoder", file=sys.stderr)
     backbone, tokenizer = load_checkpoint(cfg.d_init)
     arch = architecture_of(backbone)
     if arch not in ("bert", "xlnet") or tokenizer is None:
