@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from genfeat.framework import OptimConfig, Term, TrainConfig, Trainer, joint
+from genfeat.framework.distributed import leave_distributed
 
 from _framework_fixtures import SquaredError, TwoHead, make_stream
 
@@ -49,6 +50,8 @@ def main(out: Path) -> None:
         losses = [r["mse_a"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
                   if "mse_a" in r]
     save_params(model, out / f"rank{rank}.pt", losses)
+    del trainer, model
+    leave_distributed()
 
 
 def transformer_xl(out: Path, overrides: list[str]) -> int:
@@ -91,11 +94,8 @@ def aux_lm(out: Path, args: list[str]) -> int:
     TaskObjective("classification", 0.5)(model, batch).mean.backward()
     grads = {k: p.grad for k, p in getattr(model, "module", model).named_parameters() if p.grad is not None}
     torch.save({"params": grads, "losses": []}, out / f"rank{rank}.pt")
-    if dist.is_initialized():
-        # leave together and close the group: a rank exiting while gloo's threads still serve the other one
-        # aborted it ("terminate called without an active exception": 2 of 7 runs on 2026-11-24)
-        dist.barrier()
-        dist.destroy_process_group()
+    del model  # the DDP reducer goes before the group (see leave_distributed)
+    leave_distributed()
     return 0
 
 

@@ -535,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.fn(args, extra)
+        if "torch.distributed" in sys.modules:  # under torchrun: the ranks leave together (not after an error,
+            from .framework.distributed import leave_distributed  # where a barrier would wait for a failed rank)
+
+            leave_distributed()
     except GenfeatError as e:
         if args.debug:
             raise

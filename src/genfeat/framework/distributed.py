@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -35,6 +36,20 @@ def init_distributed(device: torch.device) -> DistInfo:
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
     return DistInfo(rank=rank, world=world, local_rank=local_rank)
+
+
+def leave_distributed() -> None:
+    """Leave the process group together, if one was joined: the ranks meet at a barrier and the group is destroyed.
+
+    Call it once the models wrapped in DistributedDataParallel are dropped. A rank whose interpreter exits while
+    a DDP reducer or the group is still alive could abort in their destructors ("terminate called without an
+    active exception", SIGABRT), which torchrun reports as a failed run after the outputs were written.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()  # reducers of trainers that are gone but sit in reference cycles
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def all_reduce_sum(values: list[float], info: DistInfo | None = None) -> list[float]:
