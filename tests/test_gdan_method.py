@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,21 @@ def test_settings_build_their_terms(small, setting, domains):
     assert (n_unl > 0) == (setting != "sl")
     batch = next(terms[-1].stream)
     assert batch["question"].shape[0] == (16 if setting == "sl" else 8)
+
+
+@needs_data
+def test_reader_special_ids_are_the_vocabularys(small):
+    from genfeat.data.gdan import D_GEN as TAG_GEN, D_TRUE as TAG_TRUE
+    from genfeat.errors import ConfigError
+    data, vocab = small
+    reader = build(_cfg("context_domain"), data, vocab, seed=0).model.d.config
+    assert vocab.symbols[reader.d_true_id] == TAG_TRUE and vocab.symbols[reader.d_gen_id] == TAG_GEN
+    assert vocab.symbols[reader.first_word_id - 1] == "</s>" and not vocab.symbols[reader.first_word_id].startswith("<")
+    bad = _cfg("sl")
+    bad = replace(bad, reader=replace(bad.reader, first_word_id=5, d_gen_id=4))
+    with pytest.raises(ConfigError, match=r"reader.d_gen_id is 4, the vocabulary's is 3; reader.first_word_id is 5, "
+                                          r"the vocabulary's is 6.*leave these reader fields out"):
+        build(bad, data, vocab, seed=0)
 
 
 @needs_data

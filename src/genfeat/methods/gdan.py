@@ -70,8 +70,9 @@ from torch import Tensor, nn
 
 from ..config import Config, from_dict, to_dict
 from ..data.answer_chunks import ChunkConfig, backend_name
-from ..data.gdan import (SPECIALS, CollatedStream, GDANData, GDANDataConfig, QAExample, WindowEncoder, build_vocab,
-                         collate_qa, context_questions, evaluation_questions, load_gdan_data)
+from ..data.gdan import (D_GEN as TAG_GEN, D_TRUE as TAG_TRUE, SPECIALS, CollatedStream, GDANData, GDANDataConfig,
+                         QAExample, WindowEncoder, build_vocab, collate_qa, context_questions, evaluation_questions,
+                         load_gdan_data)
 from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
 from ..data.vocab import SymbolVocab
 from ..errors import CheckpointError, ConfigError, DataError
@@ -318,6 +319,17 @@ class Built(NamedTuple):
     """The vocabulary saved beside D: the word vocabulary, or a pretrained D's tokenizer."""
 
 
+def check_special_ids(reader: GAReaderConfig) -> None:
+    """The GA reader's word ids of the domain tags and of its first ordinary word must be those of the word
+    vocabulary, which puts :data:`SPECIALS` first (:func:`build_vocab`); other ids would tag questions with
+    ordinary words and count tags as common words."""
+    want = {"d_true_id": SPECIALS.index(TAG_TRUE), "d_gen_id": SPECIALS.index(TAG_GEN), "first_word_id": len(SPECIALS)}
+    wrong = [f"reader.{k} is {getattr(reader, k)}, the vocabulary's is {v}" for k, v in want.items()
+             if getattr(reader, k) != v]
+    if wrong:
+        raise ConfigError("; ".join(wrong), "leave these reader fields out of the recipe: the vocabulary fixes them")
+
+
 def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool = True
                ) -> tuple[nn.Module, Callable, Any]:
     """D, its collate function and its vocabulary: the GA reader on ``vocab`` (:func:`collate_qa`), or with
@@ -325,6 +337,7 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool 
     :class:`WindowEncoder`, the checkpoint's tokenizer). ``vectors``: start the GA reader's embeddings from
     ``cfg.d_vectors`` (false when a checkpoint's weights follow)."""
     if not cfg.d_init:
+        check_special_ids(cfg.reader)
         d = GAReader(replace(cfg.reader, vocab_size=len(vocab)))
         if cfg.d_vectors and vectors:
             init_word_vectors(d.embed, vocab, cfg.d_vectors)

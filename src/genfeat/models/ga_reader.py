@@ -73,7 +73,8 @@ class GAReaderConfig(Config):
     """Append the question-evidence common-word feature to the last layer's paragraph input (Dhingra et al.
     §3.3); off: the reader of the runs made before it existed."""
     first_word_id: int = 6
-    """Ids below this are special words (:data:`genfeat.data.gdan.SPECIALS`), never common words for qe_comm."""
+    """Ids below this are special words (:data:`genfeat.data.gdan.SPECIALS`), never common words for qe_comm. GDAN
+    checks it and the tag ids against its vocabulary (:func:`genfeat.methods.gdan.check_special_ids`)."""
 
     def __post_init__(self):
         if self.vocab_size < 0 or self.embed_dim < 1 or self.hidden < 1 or self.layers < 1:
