@@ -31,6 +31,7 @@ The module also writes the word2vec text and binary formats (the files gensim's
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -200,7 +201,8 @@ def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tu
     The format is told from the file: a first line of two positive integers is the header; the file is then text
     if its first record is a word and d numbers, else binary (per record the word, a space, d little-endian
     float32), and a binary reading must account for every byte. Text is read line by line and only the wanted
-    words' numbers are parsed, so a large file costs one pass and the memory of the words kept.
+    words' numbers are parsed; a binary file is mapped into memory, not read into it: either way a large file costs
+    one pass and the memory of the words kept.
 
     Args:
         path: the file.
@@ -236,10 +238,11 @@ def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tu
             except (UnicodeDecodeError, ValueError) as e:
                 text_error = e
                 binary = True
-        f.seek(start)
         if binary:
-            kept = _binary_records(f.read(), n, d, wanted, bad, text_error)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body:
+                kept = _binary_records(body, start, n, d, wanted, bad, text_error)
         else:
+            f.seek(start)
             kept, count, d = _text_records(f, d, wanted, bad, 2 if header else 1)
             if header and count != n:
                 raise bad(f"the header announces {n:,} vectors and the file holds {count:,}")
@@ -289,11 +292,12 @@ def _text_records(f, d: int | None, wanted: set[str] | None, bad, first_number: 
     return kept, count, d
 
 
-def _binary_records(body: bytes, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception
+def _binary_records(body: mmap.mmap, pos: int, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception
                     ) -> dict[str, np.ndarray]:
-    """The wanted words' vectors of the n binary records (the first of a repeated word)."""
+    """The wanted words' vectors of the n binary records from byte ``pos`` of the mapped file (the first of a
+    repeated word)."""
     kept: dict[str, np.ndarray] = {}
-    pos, width = 0, 4 * d
+    width = 4 * d
     for record in range(1, n + 1):
         while body[pos:pos + 1] == b"\n":
             pos += 1
