@@ -77,8 +77,38 @@ def test_run_several_seeds_writes_a_folder_per_seed_and_summarises(tmp_path, cap
     # --overwrite replaces the run: the earlier seeds' folders do not linger beside the new one-seed run
     rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--overwrite", "--json", "--no-progress")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "provenance.json", "results.json"]
     assert json.loads((out / "results.json").read_text()) == last_json(stdout)["runs"][0]
+
+
+def test_provenance_records_every_invocation_of_a_run(tmp_path, capsys):
+    """OUT/provenance.json names the code (genfeat's git commit here, an editable install from a clone), the
+    command and the machine of the fresh run and of each --resume; the JSON line carries the current record."""
+    recipe = write_recipe(tmp_path, steps=2, train="{progress: false, save_every: 1, stop_after_steps: 1}")
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--json", "--no-progress", "--optim.lr", "0.02")
+    assert rc == 0, err
+    first = last_json(stdout)["provenance"]
+    head = subprocess.run(["git", "-C", str(Path(genfeat.__file__).parent), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if head.returncode == 0:
+        assert first["git"]["commit"] == head.stdout.strip() and isinstance(first["git"]["dirty"], bool)
+    assert first["recipe"] == str(recipe) and first["overrides"] == {"optim.lr": 0.02} and first["seeds"] == [0]
+    assert first["resume"] is False and first["torch"] == torch.__version__ and first["cpus"] == os.cpu_count()
+    assert json.loads((out / "provenance.json").read_text()) == {"invocations": [first]}
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--json", "--no-progress", "--resume",
+                              "--train.stop_after_steps", 0)
+    assert rc == 0, err
+    second = last_json(stdout)["provenance"]
+    assert second["resume"] is True and second["overrides"] == {"train.stop_after_steps": 0}
+    assert json.loads((out / "provenance.json").read_text()) == {"invocations": [first, second]}
+    # an invocation that ended before any other output left only its record: a new run replaces it, unasked
+    died = tmp_path / "died"
+    died.mkdir()
+    (died / "provenance.json").write_text(json.dumps({"invocations": [first]}))
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", died, "--json", "--no-progress")
+    assert rc == 0, err
+    assert json.loads((died / "provenance.json").read_text()) == {"invocations": [last_json(stdout)["provenance"]]}
 
 
 def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overwrite(tmp_path, capsys):

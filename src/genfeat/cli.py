@@ -36,7 +36,7 @@ def _fmt(result: dict[str, Any]) -> str:
     single = len(result.get("seeds", [])) == 1
     return "\n".join(f"{k:>24}: {v:.4f}" if isinstance(v, float) else f"{k:>24}: {v}"
                      for k, v in result.items()
-                     if k != "runs" and not (single and k.endswith(("_mean", "_std", "_median"))))
+                     if k not in ("runs", "provenance") and not (single and k.endswith(("_mean", "_std", "_median"))))
 
 
 def _require(args: argparse.Namespace, **bounds: tuple[float, str]) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from .config import apply_overrides, from_dict, load_yaml
 from .errors import CheckpointError, ConfigError, GenfeatError
 from .io import backup_path, check_output_path
+from .provenance import PROVENANCE, invocation, record_invocation
 
 Runner = Callable[..., dict[str, float]]
 
@@ -156,9 +157,12 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-RUN_OUTPUTS = ("results.json", "final", "last", "metrics.jsonl", "tokenizer", "tensorboard", "init", "g_mle")
+RUN_OUTPUTS = ("results.json", "final", "last", "metrics.jsonl", "tokenizer", "tensorboard", "init", "g_mle",
+               PROVENANCE)
 """What a run writes into its OUT (a partial one: some of them; ``init`` is Planetoid's initialisation phase,
-``g_mle`` GDAN's pretrained G); ``run_recipe`` writes over them only with ``resume`` or ``overwrite``."""
+``g_mle`` GDAN's pretrained G, ``provenance.json`` genfeat.provenance's record of each invocation); ``run_recipe``
+writes over them only with ``resume`` or ``overwrite`` (or over a provenance.json alone: an invocation that
+ended before writing anything else)."""
 
 
 def _run_outputs(out: Path) -> list[Path]:
@@ -190,7 +194,7 @@ def _describe_run(out: Path, found: list[Path]) -> str:
     runs = [out] + [p for p in found if p.name.startswith("seed")]
     finished = any((run / "results.json").is_file() for run in runs)
     model = next((m for m in map(_run_model, runs) if m), None)
-    shown = ", ".join(p.name + ("/" if p.is_dir() else "") for p in found)
+    shown = ", ".join(p.name + ("/" if p.is_dir() else "") for p in found if p.name != PROVENANCE)
     return f"a {'finished' if finished else 'partial'} {model + ' ' if model else ''}run ({shown})"
 
 
@@ -203,6 +207,8 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
     if resume or os.environ.get("RANK", "0") != "0" or not out.is_dir() or not any(out.iterdir()):
         return
     found = _run_outputs(out)
+    if [p.name for p in found] == [PROVENANCE] and len(list(out.iterdir())) == 1:
+        return  # an invocation that ended before any output: this one's record replaces its
     if overwrite:
         for p in found:
             if p.is_dir():
@@ -226,7 +232,8 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
 def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
                out_dir: str | Path | None = None, progress: bool = True, resume: bool = False,
                overwrite: bool = False) -> dict[str, Any]:
-    """Run a recipe for each seed and return the per-seed figures and their summary.
+    """Run a recipe for each seed and return the per-seed figures, their summary and this invocation's
+    ``provenance`` (genfeat.provenance; also written to OUT/provenance.json before any work).
 
     Args:
         out_dir: the run's OUT (default runs/<recipe file name>); with several seeds each writes OUT/seed<k>.
@@ -249,14 +256,28 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     _check_run_dir(base, resume, overwrite)
     if resume:
         check_resume_method(method, base)
+    record = invocation(path, overrides or {}, seeds, resume)
+    writes = os.environ.get("RANK", "0") == "0"
+    created = not base.exists()
+    if writes:
+        record_invocation(base, record, resume)
     t0 = time.time()
     runs = []
-    for seed in seeds:
-        run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
-        runs.append(method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=resume))
+    try:
+        for seed in seeds:
+            run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
+            runs.append(method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=resume))
+    except BaseException:
+        # a run refused or failed before any output leaves OUT as it found it
+        if writes and not resume and base.is_dir() and [p.name for p in base.iterdir()] == [PROVENANCE]:
+            (base / PROVENANCE).unlink()
+            if created:
+                base.rmdir()
+        raise
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:
         result.update(runs[0])
     result.update(summarise(runs))
-    result.update({"seeds": seeds, "runs": runs, "seconds": time.time() - t0, "out_dir": str(base)})
+    result.update({"seeds": seeds, "runs": runs, "seconds": time.time() - t0, "out_dir": str(base),
+                   "provenance": record})
     return result
