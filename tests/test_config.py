@@ -56,6 +56,32 @@ def test_bad_fields_name_the_path(data, match):
         from_dict(Outer, data)
 
 
+@dataclass
+class Schedule:
+    log_every: int = 1
+
+
+@dataclass
+class TwoSections:
+    optim: Inner = field(default_factory=Inner)
+    train: Schedule = field(default_factory=Schedule)
+    late: Schedule = field(default_factory=Schedule)
+
+
+def test_a_field_in_the_wrong_section_names_the_section_that_has_it():
+    """``train.lr`` (DESIGN.md's own example of a flag) is optim.lr in every genfeat recipe: the error says so."""
+    with pytest.raises(ConfigError, match=r"unknown config field 'train.lr'. fix: 'lr' is a field of another section: "
+                                          r"did you mean 'optim.lr'\?$"):
+        from_dict(TwoSections, {"train": {"lr": 1}})
+    with pytest.raises(ConfigError, match=r"'optim.log_every'.*did you mean 'train.log_every' or 'late.log_every'"):
+        from_dict(TwoSections, {"optim": {"log_every": 1}})
+    # a near spelling in the section itself wins; a name no section has lists the section's fields
+    with pytest.raises(ConfigError, match=r"'train.log_evry'. fix: did you mean 'train.log_every'\?$"):
+        from_dict(TwoSections, {"train": {"log_evry": 1}})
+    with pytest.raises(ConfigError, match=r"'train.zzz'. fix: known fields of Schedule: log_every$"):
+        from_dict(TwoSections, {"train": {"zzz": 1}})
+
+
 def test_overrides_parse_yaml_scalars_and_nest():
     ov = parse_overrides(["--inner.lr", "3e-4", "--steps=7", "--inner.cutoffs", "[1, 2]", "--name", "null"])
     assert ov == {"inner.lr": 3e-4, "steps": 7, "inner.cutoffs": [1, 2], "name": None}

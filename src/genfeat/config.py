@@ -174,12 +174,20 @@ def check_least(cfg: Any, **least: float) -> None:
             raise ValueError(f"{name} is {value}, but must be >= {bound:g}")
 
 
+class UnknownFieldError(ConfigError):
+    """A config field its section does not have; ``close``: the fix already names a near spelling."""
+
+    def __init__(self, cause: str, fix: str, key: str, close: bool):
+        super().__init__(cause, fix)
+        self.key, self.close = key, close
+
+
 def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
     """Build the dataclass ``cls`` from ``data``, checking names and types recursively.
 
     Raises:
-        ConfigError: for an unknown field (with the closest known name), a wrong type, or a
-            value rejected by the class's ``__post_init__``.
+        ConfigError: for an unknown field (with the closest known name, or the other section that has
+            it), a wrong type, or a value rejected by the class's ``__post_init__``.
     """
     data = dict(data or {})
     hints = _hints(cls)
@@ -191,8 +199,18 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"did you mean '{(path + '.') if path else ''}{close[0]}'?" if close else \
                 f"known fields of {cls.__name__}: {', '.join(sorted(fields))}"
-            raise ConfigError(f"unknown config field '{dotted}'", hint)
-        kwargs[key] = _coerce(value, hints[key], dotted)
+            raise UnknownFieldError(f"unknown config field '{dotted}'", hint, key, bool(close))
+        try:
+            kwargs[key] = _coerce(value, hints[key], dotted)
+        except UnknownFieldError as e:
+            # a field written in the wrong section of a recipe (train.lr for optim.lr): name the one it is in
+            homes = [] if path or e.close else [
+                f"{name}.{e.key}" for name, tp in hints.items()
+                if name in fields and dataclasses.is_dataclass(tp) and e.key in {f.name for f in dataclasses.fields(tp)}]
+            if not homes:
+                raise
+            raise UnknownFieldError(e.cause, f"'{e.key}' is a field of another section: did you mean "
+                                             f"{' or '.join(repr(h) for h in homes)}?", e.key, True) from None
     try:
         return cls(**kwargs)
     except ConfigError:
