@@ -1,8 +1,10 @@
 """The ``genfeat`` commands on tiny models and corpora written here: several seeds, refused resume,
 the evaluation options, export round trip, and Ctrl-C."""
 
+import datetime
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -21,6 +23,7 @@ from genfeat.eval.lm import evaluate_lm
 from genfeat.framework.checkpoint import load_trainer_state, resume_dir
 from genfeat.hub import load_checkpoint
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+from genfeat.provenance import invocation
 
 TINY_MODEL = "{d_model: 16, n_head: 2, d_head: 8, d_inner: 32, n_layer: 1, mem_len: 8, dropout: 0.0}"
 
@@ -93,6 +96,10 @@ def test_provenance_records_every_invocation_of_a_run(tmp_path, capsys):
                           text=True)
     if head.returncode == 0:
         assert first["git"]["commit"] == head.stdout.strip() and isinstance(first["git"]["dirty"], bool)
+    else:
+        assert first["git"] is None
+    assert first["command"] == ["genfeat", "run", str(recipe), "--out", str(out), "--json", "--no-progress",
+                                "--optim.lr", "0.02"]
     assert first["recipe"] == str(recipe) and first["overrides"] == {"optim.lr": 0.02} and first["seeds"] == [0]
     assert first["resume"] is False and first["torch"] == torch.__version__ and first["cpus"] == os.cpu_count()
     assert json.loads((out / "provenance.json").read_text()) == {"invocations": [first]}
@@ -106,9 +113,25 @@ def test_provenance_records_every_invocation_of_a_run(tmp_path, capsys):
     died = tmp_path / "died"
     died.mkdir()
     (died / "provenance.json").write_text(json.dumps({"invocations": [first]}))
+    earlier = (died / "provenance.json").read_bytes()
+    # ... and a run refused before any output leaves OUT as it found it: the earlier record, or no OUT at all
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", died, "--data.corpus", tmp_path / "nowhere.txt")
+    assert rc == 2 and "nowhere.txt" in err, err
+    assert (died / "provenance.json").read_bytes() == earlier and [p.name for p in died.iterdir()] == ["provenance.json"]
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", tmp_path / "new", "--data.corpus", tmp_path / "nowhere.txt")
+    assert rc == 2 and not (tmp_path / "new").exists(), err
     rc, stdout, err = run_cli(capsys, "run", recipe, "--out", died, "--json", "--no-progress")
     assert rc == 0, err
     assert json.loads((died / "provenance.json").read_text()) == {"invocations": [last_json(stdout)["provenance"]]}
+    # beside other files, an earlier record is no run: refused as a folder of other files, which it names
+    for p in died.iterdir():
+        if p.name != "provenance.json":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (died / "notes.txt").write_text("")
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", died, "--no-progress")
+    assert rc == 2 and "is not empty and holds no run (notes.txt)" in err, err
+    # a value JSON has no type for (a YAML date) is recorded as text, not a crash
+    assert invocation(recipe, {"note": datetime.date(2020, 1, 1)}, [0], False)["overrides"] == {"note": "2020-01-01"}
 
 
 def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overwrite(tmp_path, capsys):

@@ -62,10 +62,16 @@ class Schedule:
 
 
 @dataclass
+class Nested:
+    sub: Inner = field(default_factory=Inner)
+
+
+@dataclass
 class TwoSections:
     optim: Inner = field(default_factory=Inner)
     train: Schedule = field(default_factory=Schedule)
     late: Schedule = field(default_factory=Schedule)
+    deep: Nested = field(default_factory=Nested)
 
 
 def test_a_field_in_the_wrong_section_names_the_section_that_has_it():
@@ -80,6 +86,9 @@ def test_a_field_in_the_wrong_section_names_the_section_that_has_it():
         from_dict(TwoSections, {"train": {"log_evry": 1}})
     with pytest.raises(ConfigError, match=r"'train.zzz'. fix: known fields of Schedule: log_every$"):
         from_dict(TwoSections, {"train": {"zzz": 1}})
+    # two sections deep, the top level's sections are not its siblings: no suggestion from them
+    with pytest.raises(ConfigError, match=r"'deep.sub.log_every'. fix: known fields of Inner: betas, cutoffs, lr, mode$"):
+        from_dict(TwoSections, {"deep": {"sub": {"log_every": 1}}})
 
 
 def test_overrides_parse_yaml_scalars_and_nest():

@@ -543,6 +543,26 @@ def test_load_reads_back_what_gensim_writes_and_reads(tmp_path, binary):
     assert load_word2vec_format(ours)[0] == words and np.array_equal(load_word2vec_format(ours)[1], got)
 
 
+def test_binary_vectors_read_the_same_where_files_cannot_be_mapped(tmp_path, monkeypatch):
+    """A binary file is mapped into memory; on a file system that refuses (some network or FUSE mounts), it is
+    read instead, with the same result and the same checks."""
+    import mmap
+
+    words, vec = ["the", "of", "and"], np.arange(12, dtype=np.float32).reshape(3, 4)
+    path = save_word2vec_format(tmp_path / "v", words, vec, True)
+    mapped = load_word2vec_format(path, wanted={"of"})
+
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    read = load_word2vec_format(path, wanted={"of"})
+    assert mapped[0] == read[0] == ["of"] and np.array_equal(mapped[1], read[1]) and np.array_equal(read[1], vec[1:2])
+    path.write_bytes(path.read_bytes() + b"tail")
+    with pytest.raises(DataError, match="5 bytes follow the 3 binary records"):
+        load_word2vec_format(path)
+
+
 def test_load_reads_glove_text_and_refuses_malformed_files(tmp_path):
     glove = tmp_path / "glove.txt"
     glove.write_bytes(b"\xef\xbb\xbfthe 0.5 -1\n. . . 2 3e-1\r\nthe 9 9\n")   # BOM, a word with spaces, CRLF, a repeat

@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     overrides = parse_overrides(extra)
     seeds = list(range(args.seed, args.seed + args.seeds))
     result = run_recipe(args.recipe, overrides, seeds, out_dir=args.out, progress=not args.no_progress,
-                        resume=args.resume, overwrite=args.overwrite)
+                        resume=args.resume, overwrite=args.overwrite, command=["genfeat", *args.argv])
     _emit(result, args.json, _fmt(result))
 
 
@@ -529,16 +529,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.command != "run" and extra:
         command = " ".join(c for c in (args.command, getattr(args, "tokenizer_command", None)) if c)
         parser.prog = f"genfeat {command}"
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.fn(args, extra)
-        if "torch.distributed" in sys.modules:  # under torchrun: the ranks leave together (not after an error,
-            from .framework.distributed import leave_distributed  # where a barrier would wait for a failed rank)
+        if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group,
+            from .framework.distributed import leave_distributed  # which the ranks leave together (not after an
 
-            leave_distributed()
+            leave_distributed()  # error, where a barrier would wait for a failed rank)
     except GenfeatError as e:
         if args.debug:
             raise
@@ -557,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
                 "steps, the same command with --resume continues from it)") if args.command == "run" else ""
         print(f"interrupted{hint}", file=sys.stderr)
         return 130
+    finally:
+        if "torch.distributed" in sys.modules:  # also after an error: no DDP reducer may outlive the command
+            from .framework.distributed import free_reducers
+
+            free_reducers()
     return 0
 
 

@@ -175,11 +175,12 @@ def check_least(cfg: Any, **least: float) -> None:
 
 
 class UnknownFieldError(ConfigError):
-    """A config field its section does not have; ``close``: the fix already names a near spelling."""
+    """A config field its section does not have: ``key`` in the section at dotted ``section`` ("" for the top
+    level); ``close``: the fix already names a near spelling."""
 
-    def __init__(self, cause: str, fix: str, key: str, close: bool):
+    def __init__(self, cause: str, fix: str, key: str, section: str, close: bool):
         super().__init__(cause, fix)
-        self.key, self.close = key, close
+        self.key, self.section, self.close = key, section, close
 
 
 def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
@@ -199,18 +200,19 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"did you mean '{(path + '.') if path else ''}{close[0]}'?" if close else \
                 f"known fields of {cls.__name__}: {', '.join(sorted(fields))}"
-            raise UnknownFieldError(f"unknown config field '{dotted}'", hint, key, bool(close))
+            raise UnknownFieldError(f"unknown config field '{dotted}'", hint, key, path, bool(close))
         try:
             kwargs[key] = _coerce(value, hints[key], dotted)
         except UnknownFieldError as e:
-            # a field written in the wrong section of a recipe (train.lr for optim.lr): name the one it is in
-            homes = [] if path or e.close else [
+            # a field written in the wrong top-level section of a recipe (train.lr for optim.lr): name the one
+            # it is in (not for deeper sections, whose siblings are not these)
+            homes = [] if path or e.close or e.section != key else [
                 f"{name}.{e.key}" for name, tp in hints.items()
                 if name in fields and dataclasses.is_dataclass(tp) and e.key in {f.name for f in dataclasses.fields(tp)}]
             if not homes:
                 raise
             raise UnknownFieldError(e.cause, f"'{e.key}' is a field of another section: did you mean "
-                                             f"{' or '.join(repr(h) for h in homes)}?", e.key, True) from None
+                                             f"{' or '.join(repr(h) for h in homes)}?", e.key, e.section, True) from None
     try:
         return cls(**kwargs)
     except ConfigError:

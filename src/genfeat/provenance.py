@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,17 +52,18 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def invocation(recipe: str | Path, overrides: dict[str, Any], seeds: list[int], resume: bool) -> dict[str, Any]:
-    """The record of this invocation: when, the command line, recipe, overrides and seeds, genfeat's version and
-    git state, torch and Python, and the machine (CPU, cores, torch threads, torchrun world size, GPU)."""
+def invocation(recipe: str | Path, overrides: dict[str, Any], seeds: list[int], resume: bool,
+               command: list[str] | None = None) -> dict[str, Any]:
+    """The record of this invocation: when, the command line (``command``; None for a call from Python), recipe,
+    overrides (values JSON has no type for, such as YAML dates, as text) and seeds, genfeat's version and git
+    state, torch and Python, and the machine (CPU, cores, torch threads, torchrun world size, CUDA devices)."""
     import torch
 
-    cuda = torch.cuda.is_available()
     return {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "argv": list(sys.argv),
+        "command": command,
         "recipe": str(recipe),
-        "overrides": overrides,
+        "overrides": json.loads(json.dumps(overrides, default=str)),
         "seeds": seeds,
         "resume": resume,
         "genfeat": __version__,
@@ -75,8 +75,26 @@ def invocation(recipe: str | Path, overrides: dict[str, Any], seeds: list[int], 
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
     }
+
+
+def forget_invocation(out: Path, created: bool, before: bytes | None) -> None:
+    """Undo :func:`record_invocation` of a fresh run that failed before any other output: OUT/provenance.json
+    goes back to ``before`` (None: it did not exist) and OUT, if this run ``created`` it, goes. OUT holding
+    anything else is left alone, as is an error doing it (the run's own error is the one to report)."""
+    path = out / PROVENANCE
+    try:
+        if [p.name for p in out.iterdir()] != [PROVENANCE]:
+            return
+        if before is not None:
+            path.write_bytes(before)
+            return
+        path.unlink()
+        if created:
+            out.rmdir()
+    except OSError:
+        pass
 
 
 def record_invocation(out: Path, record: dict[str, Any], resume: bool) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .config import apply_overrides, from_dict, load_yaml
 from .errors import CheckpointError, ConfigError, GenfeatError
 from .io import backup_path, check_output_path
-from .provenance import PROVENANCE, invocation, record_invocation
+from .provenance import PROVENANCE, forget_invocation, invocation, record_invocation
 
 Runner = Callable[..., dict[str, float]]
 
@@ -207,8 +207,6 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
     if resume or os.environ.get("RANK", "0") != "0" or not out.is_dir() or not any(out.iterdir()):
         return
     found = _run_outputs(out)
-    if [p.name for p in found] == [PROVENANCE] and len(list(out.iterdir())) == 1:
-        return  # an invocation that ended before any output: this one's record replaces its
     if overwrite:
         for p in found:
             if p.is_dir():
@@ -216,14 +214,16 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
             else:
                 p.unlink()
         return
-    if found:
+    if any(p.name != PROVENANCE for p in found):
         # --resume continues from a checkpoint (last/, or a stage's or a seed's); a run that died before its
         # first one can only be replaced
         resumable = any(p.name in ("last", ".last.old", "init", "pretrain") or p.name.startswith("seed") for p in found)
         raise ConfigError(f"output directory '{out}' already holds {_describe_run(out, found)}",
                           ("pass --resume to continue it, " if resumable else "it has no checkpoint to resume from: ")
                           + "pass --overwrite to replace its outputs, or another --out")
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != PROVENANCE)
+    if not names:
+        return  # only the record of an invocation that ended before any output: this one's replaces it
     raise ConfigError(f"output directory '{out}' is not empty and holds no run ({', '.join(names[:5])}"
                       f"{', ...' if len(names) > 5 else ''})",
                       "pass another --out, or --overwrite to write the run among those files")
@@ -231,7 +231,7 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
 
 def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
                out_dir: str | Path | None = None, progress: bool = True, resume: bool = False,
-               overwrite: bool = False) -> dict[str, Any]:
+               overwrite: bool = False, command: list[str] | None = None) -> dict[str, Any]:
     """Run a recipe for each seed and return the per-seed figures, their summary and this invocation's
     ``provenance`` (genfeat.provenance; also written to OUT/provenance.json before any work).
 
@@ -241,6 +241,7 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
         overwrite: run into an OUT that holds a run or other files; the run's outputs there
             (:data:`RUN_OUTPUTS`, seed and pretraining folders) are removed first. Without it or
             ``resume`` such an OUT is refused.
+        command: the command line, for the provenance record (``genfeat run`` passes its own).
 
     Raises:
         ConfigError: a recipe or override the method's config refuses, ``resume`` with several seeds or
@@ -256,23 +257,21 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     _check_run_dir(base, resume, overwrite)
     if resume:
         check_resume_method(method, base)
-    record = invocation(path, overrides or {}, seeds, resume)
-    writes = os.environ.get("RANK", "0") == "0"
+    writes = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone records the invocation
+    record = invocation(path, overrides or {}, seeds, resume, command) if writes else None
     created = not base.exists()
-    if writes:
-        record_invocation(base, record, resume)
+    before = (base / PROVENANCE).read_bytes() if (base / PROVENANCE).is_file() else None
     t0 = time.time()
     runs = []
     try:
+        if record is not None:
+            record_invocation(base, record, resume)
         for seed in seeds:
             run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
             runs.append(method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=resume))
     except BaseException:
-        # a run refused or failed before any output leaves OUT as it found it
-        if writes and not resume and base.is_dir() and [p.name for p in base.iterdir()] == [PROVENANCE]:
-            (base / PROVENANCE).unlink()
-            if created:
-                base.rmdir()
+        if record is not None and not resume and base.is_dir():
+            forget_invocation(base, created, before)  # refused or failed before any output: OUT as it was
         raise
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:

@@ -47,13 +47,23 @@ def leave_distributed() -> None:
 
     A DDP reducer still alive while the interpreter shuts down aborted its rank about 1 run in 10 on a loaded
     2-core VM ("terminate called without an active exception", SIGABRT; torchrun then reports the finished run
-    as failed); freeing the reducers first never did in 90 runs.
+    as failed); freeing the reducers first never did in 90 runs. The barrier waits for every rank: torchrun ends
+    the others when one fails, other launchers only at the process group's timeout.
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    if not free_reducers():
         return
-    gc.collect()  # trainers that are gone but sit in reference cycles hold their reducers until collected
     dist.barrier()
     _destroy_at_exit()
+
+
+def free_reducers() -> bool:
+    """In a process group: collect the garbage, so that the DDP reducers of trainers that are gone but sit in
+    reference cycles go now, not at interpreter shutdown (a local step, safe after an error too). Returns whether
+    a process group is joined."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    gc.collect()
+    return True
 
 
 @functools.cache

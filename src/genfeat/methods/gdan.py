@@ -192,6 +192,8 @@ class GDANRecipe(Config):
             raise ValueError("steps, g_pretrain_steps, max_unlabelled and max_eval must be >= 0")
         if not 0.0 <= self.baseline_decay < 1.0:
             raise ValueError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
+        if not self.d_init:
+            check_special_ids(self.reader)
 
 
 @torch.no_grad()
@@ -337,7 +339,6 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool 
     :class:`WindowEncoder`, the checkpoint's tokenizer). ``vectors``: start the GA reader's embeddings from
     ``cfg.d_vectors`` (false when a checkpoint's weights follow)."""
     if not cfg.d_init:
-        check_special_ids(cfg.reader)
         d = GAReader(replace(cfg.reader, vocab_size=len(vocab)))
         if cfg.d_vectors and vectors:
             init_word_vectors(d.embed, vocab, cfg.d_vectors)

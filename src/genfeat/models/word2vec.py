@@ -32,6 +32,7 @@ The module also writes the word2vec text and binary formats (the files gensim's
 from __future__ import annotations
 
 import mmap
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -239,8 +240,16 @@ def load_word2vec_format(path: str | Path, wanted: set[str] | None = None) -> tu
                 text_error = e
                 binary = True
         if binary:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body:
-                kept = _binary_records(body, start, n, d, wanted, bad, text_error)
+            try:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # a file system that cannot map files: read it whole
+                mapped = None
+                f.seek(0)
+            try:
+                kept = _binary_records(f.read() if mapped is None else mapped, start, n, d, wanted, bad, text_error)
+            finally:
+                if mapped is not None:
+                    mapped.close()
         else:
             f.seek(start)
             kept, count, d = _text_records(f, d, wanted, bad, 2 if header else 1)
@@ -292,10 +301,13 @@ def _text_records(f, d: int | None, wanted: set[str] | None, bad, first_number: 
     return kept, count, d
 
 
-def _binary_records(body: mmap.mmap, pos: int, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception
+_NOT_SPACE = re.compile(rb"\S")
+
+
+def _binary_records(body: mmap.mmap | bytes, pos: int, n: int, d: int, wanted: set[str] | None, bad, text_error: Exception
                     ) -> dict[str, np.ndarray]:
-    """The wanted words' vectors of the n binary records from byte ``pos`` of the mapped file (the first of a
-    repeated word)."""
+    """The wanted words' vectors of the n binary records from byte ``pos`` of the file's bytes (mapped, or read)
+    (the first of a repeated word)."""
     kept: dict[str, np.ndarray] = {}
     width = 4 * d
     for record in range(1, n + 1):
@@ -313,6 +325,6 @@ def _binary_records(body: mmap.mmap, pos: int, n: int, d: int, wanted: set[str] 
         if (wanted is None or word in wanted) and word not in kept:
             kept[word] = np.frombuffer(body, "<f4", d, space + 1).copy()
         pos = space + 1 + width
-    if body[pos:].strip():
+    if _NOT_SPACE.search(body, pos):  # scanned in place: the rest of a mapped file is not copied
         raise bad(f"{len(body) - pos:,} bytes follow the {n:,} binary records the header announces")
     return kept
