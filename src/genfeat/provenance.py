@@ -2,7 +2,8 @@
 
 ``genfeat run`` writes OUT/provenance.json before any work, ``{"invocations": [record, ...]}``, one record per
 invocation: a fresh run starts the list and every ``--resume`` appends to it, so a run finished in several pieces
-(on other commits or machines) names each. The final JSON line carries the current invocation's record as
+(on other commits or machines) names each. A run refused or failed before writing anything else takes its record
+back, leaving OUT as it found it. The final JSON line carries the current invocation's record as
 ``provenance``. Only rank 0 writes it under torchrun.
 """
 
@@ -79,19 +80,28 @@ def invocation(recipe: str | Path, overrides: dict[str, Any], seeds: list[int], 
     }
 
 
-def forget_invocation(out: Path, created: bool, before: bytes | None) -> None:
-    """Undo :func:`record_invocation` of a fresh run that failed before any other output: OUT/provenance.json
-    goes back to ``before`` (None: it did not exist) and OUT, if this run ``created`` it, goes. OUT holding
-    anything else is left alone, as is an error doing it (the run's own error is the one to report)."""
+def snapshot(out: Path) -> frozenset[tuple[str, int, int]]:
+    """What OUT holds besides the provenance record: (path, mtime in ns, size) of every entry (empty: no OUT)."""
+    if not out.is_dir():
+        return frozenset()
+    return frozenset((str(p.relative_to(out)), st.st_mtime_ns, st.st_size)
+                     for p in out.rglob("*") if p.name != PROVENANCE for st in (p.stat(),))
+
+
+def forget_invocation(out: Path, created: bool, before: bytes | None, held: frozenset[tuple[str, int, int]]) -> None:
+    """Undo :func:`record_invocation` of a run that was refused or failed before writing anything else (OUT holds
+    what :func:`snapshot` found before, ``held``): OUT/provenance.json goes back to ``before`` (None: it did not
+    exist) and OUT, if this run ``created`` it, goes. A run that wrote something keeps its record; an error doing
+    this is left alone (the run's own error is the one to report)."""
     path = out / PROVENANCE
     try:
-        if [p.name for p in out.iterdir()] != [PROVENANCE]:
+        if not out.is_dir() or snapshot(out) != held:
             return
         if before is not None:
             path.write_bytes(before)
             return
-        path.unlink()
-        if created:
+        path.unlink(missing_ok=True)
+        if created and not any(out.iterdir()):
             out.rmdir()
     except OSError:
         pass
