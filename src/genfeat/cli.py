@@ -534,12 +534,10 @@ def main(argv: list[str] | None = None) -> int:
         command = " ".join(c for c in (args.command, getattr(args, "tokenizer_command", None)) if c)
         parser.prog = f"genfeat {command}"
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    ok = False
     try:
         args.fn(args, extra)
-        if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group,
-            from .framework.distributed import leave_distributed  # which the ranks leave together (not after an
-
-            leave_distributed()  # error, where a barrier would wait for a failed rank)
+        ok = True
     except GenfeatError as e:
         if args.debug:
             raise
@@ -559,10 +557,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted{hint}", file=sys.stderr)
         return 130
     finally:
-        if "torch.distributed" in sys.modules:  # also after an error: no DDP reducer may outlive the command
-            from .framework.distributed import free_reducers
+        if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group
+            from .framework.distributed import free_reducers, leave_distributed
 
-            free_reducers()
+            # no DDP reducer may outlive the command; after a success the ranks also leave the group together
+            # (not after an error, where a barrier would wait for a failed rank)
+            if ok:
+                leave_distributed()
+            else:
+                free_reducers()
     return 0
 
 

@@ -126,6 +126,11 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

@@ -13,12 +13,14 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .io import write_json_atomic
+from .io import write_bytes_atomic, write_json_atomic
 
 PROVENANCE = "provenance.json"
 """The file of a run's invocations in OUT."""
@@ -80,7 +82,7 @@ def invocation(recipe: str | Path, overrides: dict[str, Any], seeds: list[int], 
     }
 
 
-def snapshot(out: Path) -> frozenset[tuple[str, int, int]]:
+def _snapshot(out: Path) -> frozenset[tuple[str, int, int]]:
     """What OUT holds besides the provenance record: (path, mtime in ns, size) of every entry (empty: no OUT)."""
     if not out.is_dir():
         return frozenset()
@@ -88,23 +90,34 @@ def snapshot(out: Path) -> frozenset[tuple[str, int, int]]:
                      for p in out.rglob("*") if p.name != PROVENANCE for st in (p.stat(),))
 
 
-def forget_invocation(out: Path, created: bool, before: bytes | None, held: frozenset[tuple[str, int, int]]) -> None:
-    """Undo :func:`record_invocation` of a run that was refused or failed before writing anything else (OUT holds
-    what :func:`snapshot` found before, ``held``): OUT/provenance.json goes back to ``before`` (None: it did not
-    exist) and OUT, if this run ``created`` it, goes. A run that wrote something keeps its record; an error doing
-    this is left alone (the run's own error is the one to report)."""
+@contextmanager
+def recording(out: Path, record: dict[str, Any] | None, resume: bool) -> Iterator[None]:
+    """Hold ``record`` in OUT/provenance.json (:func:`record_invocation`) for the block, the run. A block that raises
+    before writing anything else into OUT takes the record back: provenance.json as it was before (or gone) and OUT
+    gone if this created it and it is empty. A run that wrote something keeps its record; an error undoing it is
+    left alone (the run's own error is the one to report). ``record`` None (not rank 0): nothing is written."""
+    if record is None:
+        yield
+        return
     path = out / PROVENANCE
+    created = not out.exists()
+    before = path.read_bytes() if path.is_file() else None
+    held = _snapshot(out)
     try:
-        if not out.is_dir() or snapshot(out) != held:
-            return
-        if before is not None:
-            path.write_bytes(before)
-            return
-        path.unlink(missing_ok=True)
-        if created and not any(out.iterdir()):
-            out.rmdir()
-    except OSError:
-        pass
+        record_invocation(out, record, resume)
+        yield
+    except BaseException:
+        try:
+            if out.is_dir() and _snapshot(out) == held:
+                if before is not None:
+                    write_bytes_atomic(path, before)
+                else:
+                    path.unlink(missing_ok=True)
+                    if created and not any(out.iterdir()):
+                        out.rmdir()
+        except OSError:
+            pass
+        raise
 
 
 def record_invocation(out: Path, record: dict[str, Any], resume: bool) -> None:

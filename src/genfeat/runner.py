@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .config import apply_overrides, from_dict, load_yaml
 from .errors import CheckpointError, ConfigError, GenfeatError
 from .io import backup_path, check_output_path
-from .provenance import PROVENANCE, forget_invocation, invocation, record_invocation, snapshot
+from .provenance import PROVENANCE, invocation, recording
 
 Runner = Callable[..., dict[str, float]]
 
@@ -259,21 +259,12 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
         check_resume_method(method, base)
     writes = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone records the invocation
     record = invocation(path, overrides or {}, seeds, resume, command) if writes else None
-    created = not base.exists()
-    before = (base / PROVENANCE).read_bytes() if (base / PROVENANCE).is_file() else None
-    held = snapshot(base) if record is not None else frozenset()
     t0 = time.time()
     runs = []
-    try:
-        if record is not None:
-            record_invocation(base, record, resume)
+    with recording(base, record, resume):  # a run refused or failed before any output leaves OUT as it was
         for seed in seeds:
             run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
             runs.append(method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=resume))
-    except BaseException:
-        if record is not None:
-            forget_invocation(base, created, before, held)  # refused or failed before any output: OUT as it was
-        raise
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:
         result.update(runs[0])
