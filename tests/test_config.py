@@ -72,6 +72,7 @@ class TwoSections:
     train: Schedule = field(default_factory=Schedule)
     late: Schedule = field(default_factory=Schedule)
     deep: Nested = field(default_factory=Nested)
+    spare: Schedule | None = None
 
 
 def test_a_field_in_the_wrong_section_names_the_section_that_has_it():
@@ -79,7 +80,8 @@ def test_a_field_in_the_wrong_section_names_the_section_that_has_it():
     with pytest.raises(ConfigError, match=r"unknown config field 'train.lr'. fix: 'lr' is a field of another section: "
                                           r"did you mean 'optim.lr'\?$"):
         from_dict(TwoSections, {"train": {"lr": 1}})
-    with pytest.raises(ConfigError, match=r"'optim.log_every'.*did you mean 'train.log_every' or 'late.log_every'"):
+    with pytest.raises(ConfigError, match=r"'optim.log_every'.*did you mean 'train.log_every' or 'late.log_every' or "
+                                          r"'spare.log_every'\?$"):
         from_dict(TwoSections, {"optim": {"log_every": 1}})
     # a near spelling in the section itself wins; a name no section has lists the section's fields
     with pytest.raises(ConfigError, match=r"'train.log_evry'. fix: did you mean 'train.log_every'\?$"):
@@ -89,6 +91,22 @@ def test_a_field_in_the_wrong_section_names_the_section_that_has_it():
     # two sections deep, the top level's sections are not its siblings: no suggestion from them
     with pytest.raises(ConfigError, match=r"'deep.sub.log_every'. fix: known fields of Inner: betas, cutoffs, lr, mode$"):
         from_dict(TwoSections, {"deep": {"sub": {"log_every": 1}}})
+
+
+def test_an_optional_section_is_checked_as_a_section():
+    """A ``Section | None`` field (finetune's ``pretrain``) names the field inside it that is wrong, as a plain
+    section does, not only that the whole value is not a Section or null."""
+    assert from_dict(TwoSections, {"spare": {"log_every": 3}}).spare == Schedule(3)
+    assert from_dict(TwoSections, {"spare": None}).spare is None
+    with pytest.raises(ConfigError, match=r"unknown config field 'spare.log_evry'. fix: did you mean 'spare.log_every'\?$"):
+        from_dict(TwoSections, {"spare": {"log_evry": 1}})
+    with pytest.raises(ConfigError, match=r"'spare.log_every' has value 'x', expected an integer"):
+        from_dict(TwoSections, {"spare": {"log_every": "x"}})
+    with pytest.raises(ConfigError, match=r"unknown config field 'spare.lr'. fix: 'lr' is a field of another section: "
+                                          r"did you mean 'optim.lr'\?$"):
+        from_dict(TwoSections, {"spare": {"lr": 1}})
+    with pytest.raises(ConfigError, match=r"'spare' has value 3, expected Schedule \| null"):
+        from_dict(TwoSections, {"spare": 3})
 
 
 def test_overrides_parse_yaml_scalars_and_nest():

@@ -29,7 +29,21 @@ T = TypeVar("T")
 
 
 def _type_name(tp: Any) -> str:
+    if get_origin(tp) in (Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else _type_name(a) for a in get_args(tp))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _section_type(tp: Any) -> Any:
+    """The dataclass a field annotated ``tp`` holds as a section: ``tp`` itself, or the one dataclass of a union
+    such as ``Section | None``; None for any other annotation."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if get_origin(tp) in (Union, types.UnionType):
+        sections = [a for a in get_args(tp) if dataclasses.is_dataclass(a)]
+        if len(sections) == 1:
+            return sections[0]
+    return None
 
 
 def _coerce(value: Any, tp: Any, path: str) -> Any:
@@ -41,14 +55,16 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         args = get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
+        section = _section_type(tp)
+        if isinstance(value, dict) and section is not None and set(args) <= {section, type(None)}:
+            return from_dict(section, value, path)  # an optional section: its errors name the field inside it
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return _coerce(value, arg, path)
-            except ConfigError as e:
-                errors.append(e)
+            except ConfigError:
+                pass
         raise ConfigError(f"config field '{path}' has value {value!r}, expected {_type_name(tp)}",
                           f"set '{path}' to a value of type {_type_name(tp)}")
     if origin is Literal:
@@ -207,8 +223,8 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
             # a field written in the wrong top-level section of a recipe (train.lr for optim.lr): name the one
             # it is in (not for deeper sections, whose siblings are not these)
             homes = [] if path or e.close or e.section != key else [
-                f"{name}.{e.key}" for name, tp in hints.items()
-                if name in fields and dataclasses.is_dataclass(tp) and e.key in {f.name for f in dataclasses.fields(tp)}]
+                f"{name}.{e.key}" for name, tp in hints.items() if name in fields
+                for section in [_section_type(tp)] if section and e.key in {f.name for f in dataclasses.fields(section)}]
             if not homes:
                 raise
             raise UnknownFieldError(e.cause, f"'{e.key}' is a field of another section: did you mean "
