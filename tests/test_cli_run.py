@@ -82,6 +82,10 @@ def test_run_several_seeds_writes_a_folder_per_seed_and_summarises(tmp_path, cap
     assert rc == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "provenance.json", "results.json"]
     assert json.loads((out / "results.json").read_text()) == last_json(stdout)["runs"][0]
+    # every checkpoint names the method that wrote it beside its recipe
+    for ckpt in ("final", "last"):
+        saved = json.loads((out / ckpt / "config.json").read_text())
+        assert saved["method"] == "transformer_xl" and saved["recipe"]["steps"] == result["runs"][0]["steps"]
 
 
 def test_provenance_records_every_invocation_of_a_run(tmp_path, capsys):

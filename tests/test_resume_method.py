@@ -12,7 +12,7 @@ from genfeat import cli
 from genfeat.config import to_dict
 from genfeat.errors import CheckpointError
 from genfeat.framework.checkpoint import save_checkpoint
-from genfeat.runner import check_resume_method, get_method, run_recipe
+from genfeat.runner import _METHODS, _import_methods, check_resume_method, get_method, recipe_record, run_recipe
 
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 
@@ -50,6 +50,18 @@ def test_the_same_method_or_an_unknown_writer_passes(tmp_path):
     save_checkpoint(out / "last", torch.nn.Linear(2, 2), {}, {"architecture": "gpt", "method": "gpt"})
     with pytest.raises(CheckpointError, match="method gpt"):
         check_resume_method(get_method("transformer_xl"), out)
+
+
+def test_every_methods_recipe_is_recorded_with_its_method():
+    """A checkpoint's config.json gets ``method`` and ``recipe`` from recipe_record, which finds the method by its
+    config class: one class per method, so every method's record names the method itself."""
+    _import_methods()
+    assert len({spec.config_cls for spec in _METHODS.values()}) == len(_METHODS)
+    for name, spec in _METHODS.items():
+        cfg = spec.config_cls()
+        assert recipe_record(cfg) == {"method": name, "recipe": to_dict(cfg)}
+    with pytest.raises(TypeError, match="Linear is not the config class"):
+        recipe_record(torch.nn.Linear(1, 1))
 
 
 @pytest.mark.skipif(not (DATA / "wikitext-2").is_dir(), reason="WikiText-2 not in GENFEAT_DATA")

@@ -195,8 +195,10 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
     return model.eval()
 
 
-def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: bool = False) -> Path:
-    """Save ``model`` (and its vocabulary) as a genfeat checkpoint, or in Hugging Face format with ``hf``."""
+def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: bool = False,
+                    record: dict[str, Any] | None = None) -> Path:
+    """Save ``model`` (and its vocabulary) as a genfeat checkpoint, or in Hugging Face format with ``hf``.
+    ``record``: more entries of a genfeat checkpoint's config.json (a run's ``runner.recipe_record``)."""
     path = Path(path)
     if hf:
         arch = architecture_of(model)
@@ -214,7 +216,7 @@ def save_pretrained(model: nn.Module, path: str | Path, vocab: Any = None, hf: b
                 save_hf_tokenizer(vocab, tmp)
         return path
     fingerprint = {VOCAB_FINGERPRINT: vocab_fingerprint(vocab)} if vocab is not None else {}
-    return save_checkpoint(path, model, None, checkpoint_config(model, **fingerprint),
+    return save_checkpoint(path, model, None, checkpoint_config(model, **(record or {}), **fingerprint),
                            (lambda d: vocab.save(d / VOCAB_FILE)) if vocab is not None else None)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import apply_overrides, from_dict, load_yaml
+from .config import apply_overrides, from_dict, load_yaml, to_dict
 from .errors import CheckpointError, ConfigError, GenfeatError
 from .io import backup_path, check_output_path
 from .provenance import PROVENANCE, invocation, recording
@@ -54,6 +54,16 @@ def register_method(name: str, config_cls: type, pretraining: bool = False) -> C
         return fn
 
     return decorator
+
+
+def recipe_record(cfg: Any) -> dict[str, Any]:
+    """``{"method": name, "recipe": fields}`` of the recipe ``cfg`` (an instance of a registered method's config
+    class), as every checkpoint's config.json records them: which method wrote it and with what settings
+    (:func:`check_resume_method` reads the method)."""
+    for name, spec in _METHODS.items():
+        if type(cfg) is spec.config_cls:
+            return {"method": name, "recipe": to_dict(cfg)}
+    raise TypeError(f"{type(cfg).__name__} is not the config class of a registered method")
 
 
 def _import_methods() -> None:

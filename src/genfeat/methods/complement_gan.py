@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config, to_dict
+from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import resume_dir, save_checkpoint
@@ -34,7 +34,7 @@ from ..io import atomic_path, write_json_atomic
 from ..models.complement_gan import ComplementGAN, ComplementGANConfig, data_init
 from ..models.pixelcnn import PixelCNN, PixelCNNConfig
 from ..objectives.complement_gan import DensityObjective, DiscriminatorObjective, GeneratorObjective, density_input
-from ..runner import register_method
+from ..runner import recipe_record, register_method
 
 
 def _train_defaults(**kw: Any) -> TrainConfig:
@@ -371,7 +371,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     evaluate = lambda m: {"test_errors": count_errors(m, data.x_test, data.y_test)}  # noqa: E731
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    ckpt = checkpoint_config(model, recipe=to_dict(cfg))
+    ckpt = checkpoint_config(model, **recipe_record(cfg))
     trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from)
     t0 = time.time()
     result = trainer.fit()
@@ -453,7 +453,7 @@ def run_pixelcnn(cfg: PixelCNNRecipe, *, seed: int, out_dir: Path | None, progre
     model = PixelCNN(cfg.model)
     stream = TensorStream({"x": scale(train.images)}, cfg.batch_size, seed=seed)
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    ckpt = checkpoint_config(model)
+    ckpt = checkpoint_config(model, **recipe_record(cfg))
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, one_phase(DensityObjective(), stream, cfg.steps, cfg.optim), tcfg,
                       lambda m: {"test_bpd": _bits_per_dim(m, x_test)}, out_dir, ckpt, resume_from=resume_from)

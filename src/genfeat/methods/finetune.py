@@ -92,7 +92,7 @@ from ..io import write_json_atomic
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, check_backbone, fine_tunable,
                             get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
-from ..runner import check_resume_method, load_recipe, register_method
+from ..runner import check_resume_method, load_recipe, recipe_record, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
 from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
 
@@ -662,7 +662,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, joint(terms, steps, cfg.optim, name="finetune"), train_cfg, evaluate=evaluate,
                       out_dir=out_dir,
-                      checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg),
+                      checkpoint_config=checkpoint_config(model, **recipe_record(cfg),
                                                           **{VOCAB_FINGERPRINT: vocab_fingerprint(vocab)}),
                       save_extra=lambda p: vocab.save(p / VOCAB_FILE), resume_from=resume_from)
     t0 = time.time()
@@ -681,7 +681,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
+        save_pretrained(model, Path(out_dir) / "final", vocab, record=recipe_record(cfg))
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures
 

@@ -89,7 +89,7 @@ from ..models.question_gen import QuestionGenConfig
 from ..models.span_reader import SpanReader, SpanReaderConfig
 from ..objectives.question_gen import QuestionGenReinforce
 from ..objectives.span_qa import D_GEN, D_TRUE, SpanQAObjective, read, reader, span_nll
-from ..runner import register_method
+from ..runner import recipe_record, register_method
 from ..tasks.catalog import get_task
 from ..tasks.predictions import write_predictions
 from ..tasks.transforms import best_spans
@@ -455,7 +455,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     chunker = {} if cfg.setting == "sl" else {"answer_chunks": backend_name(cfg.chunks)}
     if chunker:
         print(f"note: answer chunks extracted by {chunker['answer_chunks']}", file=sys.stderr)
-    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.config), "recipe": to_dict(cfg), **chunker}
+    ckpt = {"architecture": "gdan", "reader": to_dict(model.d.config), **recipe_record(cfg), **chunker}
     save_vocab = lambda d: vocab.save(Path(d) / VOCAB_FILE)  # noqa: E731
     t0 = time.time()
     if pretrain is not None and resume_from is None:
@@ -477,7 +477,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     if out is not None and trainer.dist.is_main:
         for name, module in model.items():
             module_vocab = d_vocab if name == "d" else vocab
-            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, recipe=to_dict(cfg), **chunker),
+            save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, **recipe_record(cfg), **chunker),
                             lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
         write_json_atomic(out / "results.json", figures)
     return figures

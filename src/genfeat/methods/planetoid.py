@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from ..config import Config, to_dict
+from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..framework.checkpoint import load_trainer_state, resume_dir
 from ..framework.optim import OptimConfig
@@ -28,7 +28,7 @@ from ..framework.stream import TensorStream
 from ..framework.trainer import TrainConfig, Trainer
 from ..hub import checkpoint_config
 from ..io import backup_path, write_json_atomic
-from ..runner import register_method
+from ..runner import recipe_record, register_method
 
 
 @dataclass
@@ -271,7 +271,7 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
         for stale in (out / "last", backup_path(out / "last")):
             if stale.is_dir():
                 shutil.rmtree(stale)
-    ckpt_cfg = checkpoint_config(model, recipe=to_dict(cfg))
+    ckpt_cfg = checkpoint_config(model, **recipe_record(cfg))
     budget = cfg.stop_after_steps
     init_steps = 0
     # the initialisation trains embeddings only: a validation-selected checkpoint of it would pick a

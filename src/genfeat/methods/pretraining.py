@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import to_dict
 from ..framework import Trainer, one_phase
 from ..framework.objective import Objective
 from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
 from ..io import write_json_atomic
+from ..runner import recipe_record
 
 
 def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any, vocab: Any, *, seed: int,
@@ -43,7 +43,7 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
     """
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
-                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, recipe=to_dict(cfg)),
+                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, **recipe_record(cfg)),
                       save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
     t0 = time.time()
     result = trainer.fit()
@@ -56,7 +56,7 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
     figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
                                  "params": sum(p.numel() for p in model.parameters()), **sizes, **scored}
     if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab)
+        save_pretrained(model, Path(out_dir) / "final", vocab, record=recipe_record(cfg))
         write_json_atomic(Path(out_dir) / "results.json", figures)
         if on_saved is not None:
             on_saved(Path(out_dir))

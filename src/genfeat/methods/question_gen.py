@@ -48,7 +48,7 @@ from ..hub import VOCAB_FILE
 from ..io import atomic_path, write_json_atomic
 from ..models.question_gen import QuestionGenConfig, QuestionGenerator
 from ..objectives.question_gen import QuestionGenMLE, question_mask, shift_right
-from ..runner import register_method
+from ..runner import recipe_record, register_method
 
 ARCHITECTURE = "question_gen"
 
@@ -180,7 +180,7 @@ def run(cfg: QuestionGenRecipe, *, seed: int, out_dir: Path | None, progress: bo
     dev = data.dev[:cfg.eval_questions] if cfg.eval_questions else data.dev
     evaluate = lambda m: _dev_nll(m, dev, vocab, cfg.max_question_words)  # noqa: E731
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
-    ckpt = {"architecture": ARCHITECTURE, "model": to_dict(model.config), "recipe": to_dict(cfg)}
+    ckpt = {"architecture": ARCHITECTURE, "model": to_dict(model.config), **recipe_record(cfg)}
     save_vocab = lambda d: vocab.save(d / VOCAB_FILE)  # noqa: E731
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, [phase], tcfg, evaluate, out_dir, ckpt, save_vocab, resume_from)

@@ -32,7 +32,7 @@ from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.trainer import TrainConfig, Trainer, TrainResult
 from ..io import write_json_atomic
-from ..runner import register_method
+from ..runner import recipe_record, register_method
 
 
 @dataclass
@@ -439,7 +439,7 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     save_vocab = lambda d: vocab.save(d / VOCAB_FILE)
     out = Path(out_dir) if out_dir is not None else None
     ckpt = {"architecture": "word2vec", "model": to_dict(model_config(len(words), cfg)),
-            "recipe": to_dict(cfg)}
+            **recipe_record(cfg)}
     prep = time.time() - t0
     model, result, steps = fit_word2vec(ids, sentence, counts, cfg, seed, out, progress, ckpt, save_vocab,
                                         resume_dir(out / "last") if resume else None)
