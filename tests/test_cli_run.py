@@ -1,4 +1,4 @@
-"""The ``genfeat`` commands on tiny models and corpora written here: several seeds, refused resume,
+"""The ``genfeat`` commands on tiny models and corpora written here: several seeds and their resume, refused resume,
 the evaluation options, export round trip, and Ctrl-C."""
 
 import datetime
@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from genfeat.framework.checkpoint import load_trainer_state, resume_dir
 from genfeat.hub import load_checkpoint
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 from genfeat.provenance import invocation
+from genfeat.runner import get_method
 
 TINY_MODEL = "{d_model: 16, n_head: 2, d_head: 8, d_inner: 32, n_layer: 1, mem_len: 8, dropout: 0.0}"
 
@@ -174,13 +176,130 @@ def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overw
     assert run_cli(capsys, "run", recipe, "--out", tmp_path / "empty", "--no-progress")[0] == 0
 
 
-def test_resume_with_several_seeds_is_refused_before_any_work(tmp_path, capsys):
+def without_timings(figures: dict) -> dict:
+    """Figures (a run's, or their summary) but wall times (train_seconds, valid_seconds), which no two runs share."""
+    return {k: v for k, v in figures.items() if "_seconds" not in k}
+
+
+def summary(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k.endswith(("_mean", "_std", "_median"))}
+
+
+def mtimes(out: Path) -> dict:
+    """When each entry under ``out`` was last written: a run's outputs rewritten change it."""
+    return {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+
+
+def test_an_interrupted_run_of_several_seeds_resumes_to_the_figures_of_an_uninterrupted_one(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """--resume with several seeds: the finished seed is read back, not run again; the interrupted one continues
+    from its checkpoint; the one not started runs; per-seed figures and summary are those of a run never cut."""
+    recipe = write_recipe(tmp_path, steps=4)
+    args = ["--seeds", 3, "--json", "--no-progress"]
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", tmp_path / "whole", *args)
+    assert rc == 0, err
+    whole = last_json(stdout)
+    # Ctrl-C in seed 1 after its checkpoint at step 2 of 4: seed 0 has finished, seed 2 has not started
+    spec = get_method("transformer_xl")
+    run = spec.run
+
+    def ctrl_c_in_seed_1(cfg, *, seed, **kw):
+        if seed == 1:
+            run(replace(cfg, train=replace(cfg.train, stop_after_steps=2)), seed=seed, **kw)
+            raise KeyboardInterrupt
+        return run(cfg, seed=seed, **kw)
+
+    monkeypatch.setattr(spec, "run", ctrl_c_in_seed_1)
+    out = tmp_path / "part"
+    assert run_cli(capsys, "run", recipe, "--out", out, *args)[0] == 130
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == ["provenance.json", "seed0", "seed1"]
+    assert (out / "seed0" / "results.json").is_file() and not (out / "seed1" / "results.json").exists()
+    assert load_trainer_state(out / "seed1" / "last")["global_step"] == 2
+    finished = mtimes(out / "seed0")
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--resume", *args)
+    assert rc == 0, err
+    resumed = last_json(stdout)
+    assert mtimes(out / "seed0") == finished, "the finished seed ran again"
+    assert resumed["seeds"] == whole["seeds"] == [0, 1, 2] and len(resumed["runs"]) == 3
+    for seed, run_figures, whole_figures in zip(resumed["seeds"], resumed["runs"], whole["runs"]):
+        assert json.loads((out / f"seed{seed}" / "results.json").read_text()) == run_figures
+        assert without_timings(run_figures) == without_timings(whole_figures), seed
+    assert summary(resumed).keys() == summary(whole).keys() and "valid_loss_mean" in summary(whole)
+    assert without_timings(summary(resumed)) == without_timings(summary(whole))
+    invocations = json.loads((out / "provenance.json").read_text())["invocations"]
+    assert [(i["seeds"], i["resume"]) for i in invocations] == [([0, 1, 2], False), ([0, 1, 2], True)]
+    assert invocations[-1] == resumed["provenance"]
+    # resumed again, the finished run reads every seed back and runs none
+    held = {p: t for p, t in mtimes(out).items() if p.name != "provenance.json"}
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--resume", *args)
+    assert rc == 0, err
+    again = last_json(stdout)
+    assert again["runs"] == resumed["runs"] and summary(again) == summary(resumed)
+    assert {p: t for p, t in mtimes(out).items() if p.name != "provenance.json"} == held
+
+
+def test_resume_asks_for_every_seed_of_the_run_in_out_and_may_add_more(tmp_path, capsys):
+    """More seeds than OUT holds extend the run (its seeds read back); fewer seeds, another first seed or one seed
+    would summarise only some of the run's seeds: refused before any work, naming the flags that continue it."""
     recipe = write_recipe(tmp_path)
-    rc, _, err = run_cli(capsys, "run", recipe, "--seeds", 2, "--resume", "--out", tmp_path / "out")
-    assert rc == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --resume continues one run") and "fix:" in lines[0]
-    assert not (tmp_path / "out").exists()
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--seeds", 2, "--out", out, "--json", "--no-progress")
+    assert rc == 0, err
+    first = last_json(stdout)
+    held = mtimes(out / "seed0") | mtimes(out / "seed1")
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--seeds", 3, "--out", out, "--json", "--no-progress", "--resume")
+    assert rc == 0, err
+    more = last_json(stdout)
+    assert more["seeds"] == [0, 1, 2] and more["runs"][:2] == first["runs"], "seeds 0 and 1 are read back, as they were"
+    assert mtimes(out / "seed0") | mtimes(out / "seed1") == held
+    assert json.loads((out / "seed2" / "results.json").read_text()) == more["runs"][2]
+    losses = [run["valid_loss"] for run in more["runs"]]
+    assert more["valid_loss_mean"] == statistics.fmean(losses) and more["valid_loss_std"] == statistics.stdev(losses)
+    before = mtimes(out)
+    for flags, cause, fix in (
+            (["--seeds", 2], "and --resume was asked for seeds 0, 1, without 2", "pass --seed 0 --seeds 3"),
+            (["--seed", 1, "--seeds", 3], "and --resume was asked for seeds 1, 2, 3, without 0", "pass --seed 0 --seeds 3"),
+            ([], "and --resume was asked to continue one seed", "pass --seed 0 --seeds 3")):
+        rc, _, err = run_cli(capsys, "run", recipe, "--out", out, "--resume", "--no-progress", *flags)
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1, err
+        assert f"output directory '{out}' holds seeds 0, 1, 2 of a run" in err and cause in err and f"fix: {fix}" in err
+        assert mtimes(out) == before, "a refused resume changed OUT"
+
+
+def test_resume_of_several_seeds_is_refused_before_any_work_where_out_cannot_continue(tmp_path, capsys):
+    """No run, a one-seed run, a finished seed's results.json that is not its figures, or a seed that ended before its
+    first checkpoint: one error line naming the cause and the fix, and OUT as it was (no OUT where there was none)."""
+    recipe = write_recipe(tmp_path)
+
+    def refused(out: Path, *expected: str) -> None:
+        before = mtimes(out) if out.exists() else None
+        rc, _, err = run_cli(capsys, "run", recipe, "--seeds", 2, "--resume", "--out", out, "--no-progress")
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and "fix:" in lines[0], err
+        assert all(text in lines[0] for text in expected), err
+        assert (mtimes(out) if out.exists() else None) == before
+
+    refused(tmp_path / "none", f"there is no run in '{tmp_path / 'none'}' to resume", "run without --resume")
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "results.json").write_text('{"valid_loss": 1.0}')
+    (one / "metrics.jsonl").write_text("")
+    refused(one, f"'{one}' holds a one-seed run (results.json, metrics.jsonl)", "pass --seeds 1")
+    for text, why in (("{not json", "it is not JSON"), ("[1, 2]", "not a JSON object of figures"),
+                      ('{"valid_loss": "low"}', "not a JSON object of figures")):
+        bad = tmp_path / f"bad{len(text)}"
+        (bad / "seed0").mkdir(parents=True)
+        (bad / "seed0" / "results.json").write_text(text)
+        refused(bad, f"'{bad / 'seed0' / 'results.json'}', the figures of finished seed 0, cannot be read back", why,
+                "delete it to run seed 0 again")
+    died = tmp_path / "died"
+    (died / "seed0").mkdir(parents=True)
+    (died / "seed0" / "results.json").write_text('{"valid_loss": 1.0}')
+    (died / "seed1").mkdir()
+    (died / "seed1" / "metrics.jsonl").write_text("")
+    refused(died, f"seed 1 of the run in '{died}' ended before its first checkpoint", f"delete '{died / 'seed1'}'")
 
 
 @pytest.fixture

@@ -40,6 +40,21 @@ def test_resume_into_another_methods_run_is_refused_before_any_write(tmp_path, c
     assert sorted(p.name for p in out.rglob("*")) == before
 
 
+def test_resume_of_several_seeds_into_another_methods_seed_is_refused_before_any_write(tmp_path, capsys):
+    """Each seed folder of a run of several seeds is checked like OUT of one: a finished seed of another method is
+    not read back as this recipe's figures."""
+    out = tmp_path / "out"
+    (out / "seed0").mkdir(parents=True)
+    (out / "seed0" / "results.json").write_text('{"valid_loss": 1.0}')
+    _fake_run(out / "seed0", "gpt", "gpt")
+    before = sorted(p.name for p in out.rglob("*"))
+    code = cli.main(["run", "recipes/transformer_xl/debug.yaml", "--out", str(out), "--resume", "--seeds", "2"])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"'{out / 'seed0' / 'last'}' is a checkpoint of method gpt" in err and "of method transformer_xl" in err
+    assert sorted(p.name for p in out.rglob("*")) == before
+
+
 def test_the_same_method_or_an_unknown_writer_passes(tmp_path):
     out = tmp_path / "out"
     _fake_run(out, "gpt", "gpt")

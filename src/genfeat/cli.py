@@ -394,7 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
     r.add_argument("--seed", type=int, default=0, help="first seed")
     r.add_argument("--out", default=None, help="output directory (default runs/RECIPE_NAME)")
-    r.add_argument("--resume", action="store_true", help="continue exactly from OUT/last")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the run in OUT exactly: one seed from OUT/last; several seed by seed, a finished "
+                        "seed's figures read back from OUT/seed<k>/results.json, an interrupted seed continued from "
+                        "OUT/seed<k>/last, a seed not started yet run, then the summary over all of them. Every seed "
+                        "OUT holds must be among those asked for (more may be added)")
     r.add_argument("--overwrite", action="store_true",
                    help="run into an OUT that holds a run (its results.json, final/, last/, metrics.jsonl, seed and "
                         "pretrain folders are removed first) or other files; without it or --resume such an OUT "

@@ -7,6 +7,11 @@ runner returns its figures (``{"test_accuracy": ...}``); over seeds they are sum
 ``<metric>_mean``, ``<metric>_std`` and ``<metric>_median`` (the fine-tuning and GDAN tables report
 medians of 3 seeds, as the papers do).
 
+With one seed the run writes OUT itself; with several, seed k writes OUT/seed<k>. ``--resume`` continues the
+run in OUT: one seed from OUT/last; several seed by seed (:func:`_resume_plan`: a finished seed's figures are read
+back from OUT/seed<k>/results.json, an interrupted one continues from its checkpoint, one not started yet starts),
+so the summary is the one an uninterrupted run gives.
+
 A method registered with ``pretraining=True`` writes OUT/final, a backbone a fine-tuning recipe can start
 from; only such a recipe can be the ``pretrain`` stage of a fine-tuning recipe (genfeat.methods.finetune).
 """
@@ -175,13 +180,22 @@ writes over them only with ``resume`` or ``overwrite`` (or over a provenance.jso
 ended before writing anything else)."""
 
 
+CHECKPOINTS = ("last", ".last.old", "init", "pretrain")
+"""The entries of a run's OUT that ``--resume`` continues from (a ``last`` checkpoint or its backup, Planetoid's
+initialisation, a fine-tuning run's pretraining stage); a run holding none ended before its first checkpoint."""
+
+
+def _holds_run(folder: Path) -> bool:
+    """Whether ``folder`` (a seed's or a pretraining stage's) holds outputs of a run."""
+    return folder.is_dir() and (bool(_run_outputs(folder)) or (folder / "stage.json").is_file())
+
+
 def _run_outputs(out: Path) -> list[Path]:
     """The entries of ``out`` a run wrote: :data:`RUN_OUTPUTS` (and their backups, genfeat.io.backup_path),
     and the folders of a run's seeds (``seed<k>``) or of its pretraining stage (``pretrain``) holding them."""
     found = [p for name in RUN_OUTPUTS for p in (out / name, backup_path(out / name)) if p.exists()]
     for sub in sorted(out.iterdir()):
-        if sub.is_dir() and (re.fullmatch(r"seed\d+", sub.name) or sub.name == "pretrain") and (
-                _run_outputs(sub) or (sub / "stage.json").is_file()):
+        if (re.fullmatch(r"seed\d+", sub.name) or sub.name == "pretrain") and _holds_run(sub):
             found.append(sub)
     return found
 
@@ -227,7 +241,7 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
     if any(p.name != PROVENANCE for p in found):
         # --resume continues from a checkpoint (last/, or a stage's or a seed's); a run that died before its
         # first one can only be replaced
-        resumable = any(p.name in ("last", ".last.old", "init", "pretrain") or p.name.startswith("seed") for p in found)
+        resumable = any(p.name in CHECKPOINTS or p.name.startswith("seed") for p in found)
         raise ConfigError(f"output directory '{out}' already holds {_describe_run(out, found)}",
                           ("pass --resume to continue it, " if resumable else "it has no checkpoint to resume from: ")
                           + "pass --overwrite to replace its outputs, or another --out")
@@ -239,6 +253,90 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
                       "pass another --out, or --overwrite to write the run among those files")
 
 
+def _listing(seeds: Any) -> str:
+    """``0, 1, 2``: the seeds in order, for a message."""
+    return ", ".join(map(str, sorted(seeds)))
+
+
+def _seed_span(seeds: Any) -> str:
+    """The ``genfeat run`` flags asking for every seed from the least of ``seeds`` to the greatest."""
+    return f"--seed {min(seeds)} --seeds {max(seeds) - min(seeds) + 1}"
+
+
+def _read_figures(path: Path, seed: int) -> dict[str, float]:
+    """The figures finished seed ``seed`` wrote to ``path`` (its results.json), read back by a resume.
+
+    Raises:
+        CheckpointError: the file is not JSON, or not an object of numbers.
+    """
+    try:
+        figures = json.loads(path.read_text())
+    except ValueError as e:     # not JSON, or not UTF-8 text
+        why = f"it is not JSON ({e})"
+    else:
+        if isinstance(figures, dict) and all(isinstance(v, (int, float)) for v in figures.values()):
+            return figures
+        why = "it is not a JSON object of figures (numbers)"
+    raise CheckpointError(f"--resume: '{path}', the figures of finished seed {seed}, cannot be read back: {why}",
+                          f"delete it to run seed {seed} again (from its checkpoint, where it has one), or pass "
+                          "--overwrite instead of --resume to start the whole run again")
+
+
+def _resume_plan(method: MethodSpec, out: Path, seeds: list[int]) -> dict[int, dict[str, float] | None]:
+    """What ``--resume`` does with each of ``seeds``, decided before any work or write: the seeds OUT holds, mapped to
+    their figures where they finished (OUT/seed<k>/results.json, read back, not run again) or to None where they
+    continue from their checkpoint; a seed OUT does not hold yet starts afresh. One seed continues OUT itself.
+
+    With several seeds, every seed OUT holds must be among ``seeds``: the summary is over the run's seeds, never
+    silently over some of them. ``seeds`` may add seeds OUT does not hold: those a run was interrupted before, or
+    more seeds for a finished run.
+
+    Raises:
+        ConfigError: one seed asked for where OUT holds seed folders; several where it holds a one-seed run, no
+            seed, a seed not asked for, or a seed that ended before its first checkpoint.
+        CheckpointError: a finished seed's results.json that cannot be read back, or a seed (with one seed: OUT)
+            another method wrote (:func:`check_resume_method`).
+    """
+    found = _run_outputs(out) if out.is_dir() else []
+    held = {int(p.name[len("seed"):]): p for p in found if p.name.startswith("seed")}
+    if len(seeds) == 1:
+        if held:
+            raise ConfigError(f"output directory '{out}' holds seeds {_listing(held)} of a run (a folder each), and "
+                              "--resume was asked to continue one seed",
+                              f"pass {_seed_span(held)} to continue that run, or another --out")
+        check_resume_method(method, out)
+        return {seeds[0]: None}
+    single = [p.name for p in found if p.name != PROVENANCE and not p.name.startswith("seed")]
+    if single:
+        raise ConfigError(f"output directory '{out}' holds a one-seed run ({', '.join(single)}), and --resume was "
+                          f"asked to continue {len(seeds)} seeds",
+                          "pass --seeds 1 and the --seed it was started with (OUT/provenance.json records it) to "
+                          "continue it, or another --out for the run of several seeds")
+    if not held:
+        raise ConfigError(f"there is no run in '{out}' to resume: no seed<k> folder there holds a run's outputs",
+                          "run without --resume to start it, or pass the --out of the run to continue")
+    left_out = set(held) - set(seeds)
+    if left_out:
+        raise ConfigError(f"output directory '{out}' holds seeds {_listing(held)} of a run, and --resume was asked "
+                          f"for seeds {_listing(seeds)}, without {_listing(left_out)}",
+                          f"pass {_seed_span(held)} to continue every seed of the run (asking for more seeds adds "
+                          "them to it), or another --out")
+    plan: dict[int, dict[str, float] | None] = {}
+    for seed, folder in sorted(held.items()):
+        check_resume_method(method, folder)
+        if (folder / "results.json").is_file():
+            plan[seed] = _read_figures(folder / "results.json", seed)
+        elif any(p.name in CHECKPOINTS for p in _run_outputs(folder)):
+            plan[seed] = None
+        else:
+            shown = ", ".join(sorted(p.name for p in folder.iterdir()))
+            fix = (f"delete '{folder}' and pass --resume again: seed {seed} then starts afresh and the other seeds "
+                   "continue") if len(held) > 1 else "pass --overwrite instead of --resume to start the run again"
+            raise ConfigError(f"seed {seed} of the run in '{out}' ended before its first checkpoint ('{folder}' holds "
+                              f"{shown}), so there is nothing to continue it from", fix)
+    return plan
+
+
 def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
                out_dir: str | Path | None = None, progress: bool = True, resume: bool = False,
                overwrite: bool = False, command: list[str] | None = None) -> dict[str, Any]:
@@ -247,34 +345,37 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
 
     Args:
         out_dir: the run's OUT (default runs/<recipe file name>); with several seeds each writes OUT/seed<k>.
-        resume: continue the run in OUT (one seed only).
+        resume: continue the run in OUT; with several seeds each seed as :func:`_resume_plan` says (finished ones
+            read back, an interrupted one continued, those not started run), and the summary is over all of them.
         overwrite: run into an OUT that holds a run or other files; the run's outputs there
             (:data:`RUN_OUTPUTS`, seed and pretraining folders) are removed first. Without it or
             ``resume`` such an OUT is refused.
         command: the command line, for the provenance record (``genfeat run`` passes its own).
 
     Raises:
-        ConfigError: a recipe or override the method's config refuses, ``resume`` with several seeds or
-            with ``overwrite``, an OUT a file is in the way of, or one holding a run or other files.
+        ConfigError: a recipe or override the method's config refuses, ``resume`` with ``overwrite`` or with seeds
+            that do not match the run in OUT (:func:`_resume_plan`), an OUT a file is in the way of, or (without
+            ``resume``) one holding a run or other files.
+        CheckpointError: ``resume`` of another method's run, or of a seed whose results.json cannot be read back.
     """
     method, cfg = load_recipe(path, overrides)
     seeds = seeds or [0]
-    if resume and len(seeds) > 1:
-        raise ConfigError("--resume continues one run, but several seeds were asked for", "resume one seed at a time")
     if resume and overwrite:
         raise ConfigError("--resume continues the run in OUT, --overwrite replaces it", "pass one of them")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
     _check_run_dir(base, resume, overwrite)
-    if resume:
-        check_resume_method(method, base)
+    held = _resume_plan(method, base, seeds) if resume else {}
     writes = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone records the invocation
     record = invocation(path, overrides or {}, seeds, resume, command) if writes else None
     t0 = time.time()
     runs = []
     with recording(base, record, resume):  # a run refused or failed before any output leaves OUT as it was
         for seed in seeds:
-            run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
-            runs.append(method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=resume))
+            figures = held.get(seed)
+            if figures is None:
+                run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
+                figures = method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=seed in held)
+            runs.append(figures)
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:
         result.update(runs[0])
