@@ -1,10 +1,15 @@
 """Bad input ends in one clear error line and a non-zero exit, never a traceback."""
 
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
+
+from genfeat.config import UnknownFieldError
+from genfeat.errors import ConfigError
+from genfeat.runner import load_recipe
 
 RECIPE = """method: transformer_xl
 data: {corpus: ptb, batch_size: 4, tgt_len: 8}
@@ -37,15 +42,41 @@ def assert_one_line_error(proc, *needles):
 def test_bad_recipe(tmp_path, yaml_text, needles):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml_text)
-    assert_one_line_error(genfeat("run", str(recipe), "--out", str(tmp_path / "out")), *needles)
+    proc = genfeat("run", str(recipe), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, *needles)
+    assert proc.stderr.count(str(recipe)) == 1, "the error names the recipe file, once"
     assert not (tmp_path / "out").exists(), "nothing may be written for a rejected recipe"
 
 
 def test_bad_override_and_missing_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE)
-    assert_one_line_error(genfeat("run", str(recipe), "--train.lr", "fast"), "'train.lr'")
+    proc = genfeat("run", str(recipe), "--train.lr", "fast")
+    assert_one_line_error(proc, "'train.lr'")
+    assert str(recipe) not in proc.stderr, "an override is not in the recipe file"
     assert_one_line_error(genfeat("run", str(tmp_path / "nope.yaml")), "does not exist")
+
+
+def test_a_recipe_files_error_names_the_file_and_an_overrides_error_the_field(tmp_path):
+    """A bad value the recipe file gives is prefixed with the file (the error's class and fix kept); one an override
+    gives names the field the command line set, not the file, which does not hold it."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("method: gdan\ndata: {labelling_rate: 1.5}\n")
+    cause = "data.labelling_rate is 1.5, outside (0, 1]. fix: set data.labelling_rate to a fraction"
+    for overrides in ({}, {"steps": 3}):    # another override beside it leaves the error the file's
+        with pytest.raises(ConfigError, match=re.escape(f"recipe '{recipe}': {cause}")):
+            load_recipe(recipe, overrides)
+    with pytest.raises(ConfigError) as raised:
+        load_recipe(recipe, {"data.labelling_rate": 1.7})
+    assert str(raised.value).startswith(cause.replace("1.5", "1.7"))
+    recipe.write_text("method: gdan\ndata: {labeling_rate: 0.5}\n")
+    with pytest.raises(UnknownFieldError, match=re.escape(f"recipe '{recipe}': unknown config field "
+                                                          "'data.labeling_rate'. fix: did you mean 'data.labelling_rate'?")):
+        load_recipe(recipe)
+    recipe.write_text("steps: 3\n")
+    with pytest.raises(ConfigError) as raised:
+        load_recipe(recipe)
+    assert str(raised.value).startswith(f"recipe '{recipe}' has no 'method' field"), "the file is not named twice"
 
 
 def test_missing_checkpoint(tmp_path):

@@ -18,7 +18,17 @@ class GenfeatError(Exception):
     def __init__(self, cause: str, fix: str = ""):
         self.cause = cause
         self.fix = fix
-        super().__init__(f"{cause}. fix: {fix}" if fix else cause)
+        super().__init__(self._line())
+
+    def _line(self) -> str:
+        """``cause. fix: fix``, what the CLI prints after ``error:``."""
+        return f"{self.cause}. fix: {self.fix}" if self.fix else self.cause
+
+    def locate(self, where: str) -> None:
+        """Put ``where`` the error arose (``recipe 'r.yaml'``) before its cause, in place, so that the error re-raised
+        keeps its class, fields and fix: ``where: cause. fix: fix``."""
+        self.cause = f"{where}: {self.cause}"
+        self.args = (self._line(),)
 
 
 class ConfigError(GenfeatError):

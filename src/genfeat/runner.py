@@ -83,7 +83,7 @@ def get_method(name: str) -> MethodSpec:
     if name not in _METHODS:
         _import_methods()
     if name not in _METHODS:
-        raise ConfigError(f"recipe names unknown method '{name}'",
+        raise ConfigError(f"unknown method '{name}'",
                           f"use one of: {', '.join(sorted(_METHODS))}")
     return _METHODS[name]
 
@@ -98,19 +98,42 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None,
 
     Raises:
         ConfigError: no such file, no or an unknown method, a method that does not pretrain (with
-            ``pretraining``), or a field the method's config refuses.
+            ``pretraining``), or a field the method's config refuses. An error the recipe file gives without
+            ``overrides`` names the file (``recipe 'PATH': cause``, unless the cause names it already); one the
+            overrides cause names the field they set, which is not in the file.
     """
-    data = load_yaml(path)
+    data = load_yaml(path)  # its errors name the file
+    try:
+        return _build_recipe(path, data, overrides or {}, pretraining)
+    except ConfigError as e:
+        if str(path) not in e.cause and (not overrides or _given_by_file(path, data, pretraining, e)):
+            e.locate(f"recipe '{path}'")
+        raise
+
+
+def _build_recipe(path: str | Path, data: dict[str, Any], overrides: dict[str, Any],
+                  pretraining: bool) -> tuple[MethodSpec, Any]:
+    """:func:`load_recipe` of the mapping ``data`` that the recipe file ``path`` holds."""
     if "method" not in data:
         raise ConfigError(f"recipe '{path}' has no 'method' field", "start the recipe with e.g. 'method: transformer_xl'")
-    method = get_method(str(data.pop("method")))
+    method = get_method(str(data["method"]))
     if pretraining and not method.pretraining:
         _import_methods()
         names = ", ".join(sorted(m.name for m in _METHODS.values() if m.pretraining))
         raise ConfigError(f"'{path}' is a {method.name} recipe, not a pretraining one",
                           f"name a recipe of a pretraining method ({names}), e.g. recipes/bert/debug.yaml")
-    data = apply_overrides(data, overrides or {}, method.config_cls)
-    return method, from_dict(method.config_cls, data)
+    fields = apply_overrides({k: v for k, v in data.items() if k != "method"}, overrides, method.config_cls)
+    return method, from_dict(method.config_cls, fields)
+
+
+def _given_by_file(path: str | Path, data: dict[str, Any], pretraining: bool, error: ConfigError) -> bool:
+    """Whether the recipe file alone, without the overrides, gives ``error`` (the same message): then it is the
+    file's, not the overrides'."""
+    try:
+        _build_recipe(path, data, {}, pretraining)
+    except ConfigError as alone:
+        return str(alone) == str(error)
+    return False
 
 
 def _writers(recipe: Any) -> list[str]:
