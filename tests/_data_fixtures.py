@@ -8,6 +8,7 @@ import io
 import pickle
 import tarfile
 
+import numpy as np
 
 from genfeat.data import registry
 
@@ -38,3 +39,32 @@ def cifar_tar(batches: dict[str, object]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def stand_in_images(monkeypatch, tmp_path, name: str, train: int = 40, test: int = 30) -> None:
+    """A stand-in of image dataset ``name`` (svhn or cifar10) in its canonical files under ``tmp_path``, the
+    data root: ``train`` and ``test`` random 32 x 32 RGB images, labels cycling over the 10 classes (so that
+    ``train`` / 10 of each can be labelled). SVHN: ``{train,test}_32x32.mat`` with X (32, 32, 3, n) and y (n, 1),
+    the digit 0 stored as 10; CIFAR-10: the tarball, ``train`` split over its five training batches."""
+    import scipy.io
+
+    import genfeat.data.images  # noqa: F401  (declares svhn and cifar10)
+
+    rng = np.random.RandomState(0)
+    splits = {split: (rng.randint(0, 256, (n, 3, 32, 32)).astype(np.uint8), np.arange(n) % 10)
+              for split, n in (("train", train), ("test", test))}
+    if name == "svhn":
+        files = {}
+        for split, (x, y) in splits.items():
+            buf = io.BytesIO()
+            scipy.io.savemat(buf, {"X": x.transpose(2, 3, 1, 0), "y": np.where(y == 0, 10, y)[:, None].astype(np.uint8)})
+            files[split] = buf.getvalue()
+        unverified(monkeypatch, tmp_path, "svhn", files)
+    elif name == "cifar10":
+        (x, y), (xt, yt) = splits["train"], splits["test"]
+        batches = {f"data_batch_{i + 1}": {b"data": xb.reshape(len(xb), -1), b"labels": yb.tolist()}
+                   for i, (xb, yb) in enumerate(zip(np.array_split(x, 5), np.array_split(y, 5)))}
+        batches["test_batch"] = {b"data": xt.reshape(len(xt), -1), b"labels": yt.tolist()}
+        unverified(monkeypatch, tmp_path, "cifar10", {"archive": cifar_tar(batches)})
+    else:
+        raise ValueError(f"no stand-in for image dataset '{name}' (svhn or cifar10)")
