@@ -1,4 +1,5 @@
-"""The same functions on CUDA as on CPU: fused attention, the Transformer-XL LM, bf16, generation.
+"""The same functions on CUDA as on CPU: fused attention, the Transformer-XL LM, bf16, generation; the
+complement GAN's runs (networks, density model, evaluations and figures) on the GPU.
 
 The GPU tests are skipped where no GPU is present (CI); run them on a GPU machine with
 ``python -m pytest tests/test_cuda.py``. The first test runs everywhere: it checks that what the
@@ -6,6 +7,7 @@ GPU tests are parametrised with is what the config accepts.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +18,10 @@ import torch
 
 from genfeat.generation import generate
 from genfeat.nn.attention import MultiHeadAttention, RelativeMultiHeadAttention
+from genfeat.runner import run_recipe
 
+from _data_fixtures import stand_in_images
+from _gan_fixtures import RECIPES, TINY_CONV, TINY_PIXELCNN
 from _txl_fixtures import ATTN, DEBUG_MAX_PPL, attn_types, bf16_deviation, data, tiny
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -105,3 +110,28 @@ def test_debug_recipe_trains_on_cuda_with_bf16(tmp_path):
     # fp32 evaluation of bf16-trained weights: the bound of the CPU recipe test (trained <= 5,771,
     # untrained 5,864 on CPU); not yet run on a GPU with this bound
     assert result["steps"] == 20 and result["valid_ppl"] < DEBUG_MAX_PPL
+
+
+@cuda
+def test_complement_gan_with_the_ld_term_runs_on_cuda(tmp_path, monkeypatch):
+    # stand-in SVHN files (random images in the real format): the conv networks, a 3-channel PixelCNN++ and its
+    # bits per dimension, ε and the LD term, every test-error evaluation, max log-p and the sample grid on the GPU
+    stand_in_images(monkeypatch, tmp_path / "data", "svhn")
+    pix = run_recipe(RECIPES / "pixelcnn_svhn.yaml", {**TINY_PIXELCNN, "train.device": "cuda"}, out_dir=tmp_path / "pix",
+                     progress=False)["runs"][0]
+    assert math.isfinite(pix["test_bpd"])
+    over = {**TINY_CONV, "train.device": "cuda", "density_checkpoint": str(tmp_path / "pix" / "final")}
+    run = run_recipe(RECIPES / "svhn_fm_ld.yaml", over, out_dir=tmp_path / "ld", progress=False)["runs"][0]
+    assert isinstance(run["test_errors"], int) and 0 <= run["test_errors"] <= run["test_examples"] == 30
+    assert math.isfinite(run["ld_epsilon"]) and math.isfinite(run["max_logp_generated"])
+    records = [json.loads(line) for line in (tmp_path / "ld" / "metrics.jsonl").read_text().splitlines()]
+    assert any("g/ld" in r for r in records) and (tmp_path / "ld" / "samples.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@cuda
+def test_complement_gan_2d_case_study_draws_its_figures_from_cuda(tmp_path):
+    run = run_recipe(RECIPES / "synthetic_2d.yaml", {"steps": 4, "train.device": "cuda", "train.progress": False},
+                     out_dir=tmp_path, progress=False)["runs"][0]
+    assert isinstance(run["test_errors"], int) and 0 <= run["test_errors"] <= 1000
+    for name in ("points", "boundaries", "features"):
+        assert (tmp_path / "figures" / f"complement_gan_2d_{name}.png").read_bytes()[:4] == b"\x89PNG"

@@ -13,6 +13,8 @@ from genfeat.data.lm import LMOrderedStream, LMShuffledStream, iter_lm_segments
 from genfeat.data.vocab import BPEVocab, SentencePieceVocab, SymbolVocab, load_vocab
 from genfeat.errors import ConfigError, DataError
 
+from _data_fixtures import unverified
+
 DATA = os.environ.get("GENFEAT_DATA")
 needs_data = pytest.mark.skipif(not DATA or not (Path(DATA) / "ptb" / "ptb.train.txt").is_file(),
                                 reason="needs GENFEAT_DATA with the shared corpora")
@@ -240,23 +242,6 @@ def test_tensor_stream_refuses_a_short_batch_a_rank_would_get_nothing_of():
     TensorStream(data, 4).shard(1, 2)  # with drop_last the short batch is never drawn
     with pytest.raises(ConfigError, match="not divisible by the 2 processes"):
         TensorStream(data, 3).shard(0, 2)
-
-
-def unverified(monkeypatch, tmp_path, name: str, files: dict[str, bytes], keep_size: bool = False) -> None:
-    """Write ``files`` (file key -> bytes) where dataset ``name`` keeps them under a data root in
-    ``tmp_path``, and declare them without checksums (they are stand-ins in the dataset's format)."""
-    import dataclasses
-
-    spec = registry.get_dataset(name)
-    no_digest = {f.name: None for f in dataclasses.fields(registry.FileSpec)
-                 if f.name in ("sha256", "sha1", "git_blob", "md5") or (f.name == "size" and not keep_size)}
-    monkeypatch.setitem(registry._REGISTRY, name, dataclasses.replace(
-        spec, files={k: dataclasses.replace(f, **no_digest) for k, f in spec.files.items()}))
-    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
-    for key, data in files.items():
-        path = tmp_path / spec.files[key].relpath
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
 
 
 def test_byte_vocab():

@@ -2,12 +2,9 @@
 CIFAR-10 readers on small files written here in their formats, balanced labelled subsets, bad input."""
 
 import gzip
-import io
 import os
 import pathlib
-import pickle
 import struct
-import tarfile
 
 import numpy as np
 import pytest
@@ -15,6 +12,8 @@ import pytest
 from genfeat.data.images import (balanced_subset, load_images, read_cifar10_tar, read_idx, read_mnist,
                                  read_svhn_mat)
 from genfeat.errors import ConfigError, DataError
+
+from _data_fixtures import cifar_tar
 
 DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
 needs_mnist = pytest.mark.skipif(not (DATA / "mnist" / "t10k-images-idx3-ubyte.gz").is_file(), reason="no MNIST")
@@ -89,21 +88,12 @@ def test_svhn_mat_reader_transposes_and_maps_label_10_to_digit_0(tmp_path):
         read_svhn_mat(tmp_path / "cut.mat")
 
 
-def _cifar_tar(path: pathlib.Path, batches: dict[str, object]) -> None:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, obj in batches.items():
-            data = obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=2)
-            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
 def test_cifar10_reader_concatenates_the_five_training_batches(tmp_path):
     rng = np.random.RandomState(0)
     rows = {i: rng.randint(0, 256, (2, 3072)).astype(np.uint8) for i in range(1, 7)}
     batches = {f"data_batch_{i}": {b"data": rows[i], b"labels": [i, 9 - i]} for i in range(1, 6)}
     batches["test_batch"] = {"data": rows[6], "labels": [4, 5]}
-    _cifar_tar(tmp_path / "c.tar.gz", batches)
+    (tmp_path / "c.tar.gz").write_bytes(cifar_tar(batches))
     train = read_cifar10_tar(tmp_path / "c.tar.gz", "train")
     assert train.images.shape == (10, 3, 32, 32)
     assert np.array_equal(train.images[2, 2].reshape(-1), rows[2][0, 2048:]), "the third 1024 bytes are blue"
@@ -117,10 +107,11 @@ class _Evil:
 
 
 def test_cifar10_pickle_naming_another_global_is_refused_not_run(tmp_path):
-    _cifar_tar(tmp_path / "c.tar.gz", {"test_batch": {"data": _Evil(), "labels": [0]}})
+    (tmp_path / "c.tar.gz").write_bytes(cifar_tar({"test_batch": {"data": _Evil(), "labels": [0]}}))
     with pytest.raises(DataError, match="global '(posix|os|nt).system'"):
         read_cifar10_tar(tmp_path / "c.tar.gz", "test")
-    _cifar_tar(tmp_path / "d.tar.gz", {"data_batch_1": {"data": np.zeros((1, 3072), np.uint8), "labels": [0]}})
+    (tmp_path / "d.tar.gz").write_bytes(cifar_tar({"data_batch_1": {"data": np.zeros((1, 3072), np.uint8),
+                                                                 "labels": [0]}}))
     with pytest.raises(DataError, match="not a readable CIFAR-10 python archive"):
         read_cifar10_tar(tmp_path / "d.tar.gz", "train")
 

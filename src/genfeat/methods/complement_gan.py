@@ -9,6 +9,11 @@ the term switches), ``method: pixelcnn`` + those of :class:`PixelCNNRecipe`.
 The figure of a run is ``test_errors``, the number of misclassified test images (out of 10,000 for
 MNIST) of the discriminator at the end of training (no model selection: MNIST-100 has no validation
 set). Every evaluation's count is also in ``metrics.jsonl`` (``test_errors``), so the number is traceable.
+
+Devices: the data stay on the CPU; the Trainer moves the networks to ``train.device`` and the run puts the
+frozen density model there too. The helpers that feed a network (:func:`count_errors`, :func:`log_probs`,
+:func:`plot_case_study`) send each batch to the device of its parameters and bring the results back to the
+CPU, where the figures (numpy, PNGs) are made.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Term, alternating
 from ..framework.stream import TensorStream
+from ..framework.trainer import resolve_device
 from ..hub import checkpoint_config, from_pretrained
 from ..io import atomic_path, write_json_atomic
 from ..models.complement_gan import ComplementGAN, ComplementGANConfig, data_init
@@ -198,10 +204,13 @@ class PairedStream:
 
 @torch.no_grad()
 def count_errors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> int:
-    """Misclassified examples of the discriminator's K-way argmax (in evaluation mode: no noise, no dropout)."""
+    """Misclassified examples of the discriminator's K-way argmax (in evaluation mode: no noise, no dropout).
+    x (n, c, h, w) and y (n,) on the CPU; each batch of x goes to the model's device, its argmax comes back."""
+    device = next(model.parameters()).device
     was = model.training
     model.eval()
-    wrong = sum(int((model(x[i:i + batch]).logits.argmax(-1) != y[i:i + batch]).sum()) for i in range(0, len(x), batch))
+    wrong = sum(int((model(x[i:i + batch].to(device)).logits.argmax(-1).cpu() != y[i:i + batch]).sum())
+                for i in range(0, len(x), batch))
     model.train(was)
     return wrong
 
@@ -223,16 +232,18 @@ def load_density(path: str | Path, image_shape: tuple[int, ...]) -> PixelCNN:
 @torch.no_grad()
 def log_probs(density: PixelCNN, x: torch.Tensor, pixel_range: tuple[float, float], batch: int = 200) -> torch.Tensor:
     """log p(x) in nats per image under the density model, x rounded to 8-bit values; x (n, c, h, w) in
-    ``pixel_range`` -> (n,)."""
-    return torch.cat([density.log_prob(density_input(x[i:i + batch], pixel_range)) for i in range(0, len(x), batch)])
+    ``pixel_range``, on any device (each batch goes to the density model's) -> (n,) on the CPU."""
+    device = next(density.parameters()).device
+    return torch.cat([density.log_prob(density_input(x[i:i + batch].to(device), pixel_range)).cpu()
+                      for i in range(0, len(x), batch)])
 
 
 def save_grid(images: torch.Tensor, path: str | Path, pixel_range: tuple[float, float], nrow: int = 10) -> None:
-    """A nrow-wide grid of images (n, c, h, w) as a PNG (Pillow), written atomically."""
+    """A nrow-wide grid of images (n, c, h, w), on any device, as a PNG (Pillow), written atomically."""
     from PIL import Image
 
     lo, hi = pixel_range
-    x = ((images.clamp(lo, hi) - lo) / (hi - lo) * 255).round().byte().permute(0, 2, 3, 1).numpy()
+    x = ((images.clamp(lo, hi) - lo) / (hi - lo) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
     n, h, w, c = x.shape
     rows = -(-n // nrow)
     grid = np.zeros((rows * (h + 2) + 2, nrow * (w + 2) + 2, c), np.uint8)
@@ -257,21 +268,22 @@ def plot_case_study(model: ComplementGAN, data: ImageSplits, out: Path, seed: in
 
     from ..objectives.complement_gan import log_prob_fake
 
+    device = next(model.parameters()).device
     model.eval()
     with torch.no_grad():
         torch.manual_seed(seed)
         _, fake = model.generate(500)
         axis = torch.linspace(0, 1, 201)
         grid = torch.stack(torch.meshgrid(axis, axis, indexing="xy"), -1).reshape(-1, 1, 1, 2)
-        logits = model(grid).logits
-        p_fake = log_prob_fake(logits).exp().reshape(201, 201)
-        cls = logits.argmax(-1).reshape(201, 201).float()
-        h_real, h_fake = model(data.x_unl).features, model(fake).features
+        logits = model(grid.to(device)).logits
+        p_fake = log_prob_fake(logits).exp().reshape(201, 201).cpu()
+        cls = logits.argmax(-1).reshape(201, 201).float().cpu()
+        h_real, h_fake = model(data.x_unl.to(device)).features, model(fake).features
         # the first two principal axes of the real features
         centre = h_real.mean(0)
         axes = torch.linalg.svd(h_real - centre, full_matrices=False).Vh[:2].t()
-        h_real, h_fake = (h_real - centre) @ axes, (h_fake - centre) @ axes
-    x_unl, x_lab, fake2 = data.x_unl.reshape(-1, 2), data.x_lab.reshape(-1, 2), fake.reshape(-1, 2)
+        h_real, h_fake = ((h_real - centre) @ axes).cpu(), ((h_fake - centre) @ axes).cpu()
+    x_unl, x_lab, fake2 = data.x_unl.reshape(-1, 2), data.x_lab.reshape(-1, 2), fake.reshape(-1, 2).cpu()
     figures = []
 
     def save(fig, name):
@@ -365,7 +377,9 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     data = load_splits(cfg, seed)
     density = epsilon = None
     if cfg.density_checkpoint:
-        density = load_density(cfg.density_checkpoint, cfg.model.image_shape)
+        # on the device the Trainer puts the networks on: the LD term scores G(z) there, and ε's images are
+        # scored there too
+        density = load_density(cfg.density_checkpoint, cfg.model.image_shape).to(resolve_device(cfg.train.device))
         epsilon = float(np.percentile(reference_log_probs(cfg, data, density, seed), cfg.ld_centile))
     model, phases = build(cfg, seed, data, density, epsilon)
     evaluate = lambda m: {"test_errors": count_errors(m, data.x_test, data.y_test)}  # noqa: E731
