@@ -9,6 +9,7 @@ import pytest
 from genfeat.cli import main
 from genfeat.data.tokenizers import TokenizerConfig, load_tokenizer, special_ids, train_tokenizer, word_start
 from genfeat.errors import ConfigError, DataError
+from genfeat.tasks.transforms import tokenize_with_offsets
 
 TEXT = ["The lower bound is tight, and the upper bound follows from it.",
         "A newer model is wider than the older models were last year.",
@@ -70,6 +71,23 @@ def test_sentencepiece_files_load_in_hugging_face_and_encode_alike(tmp_path):
     starts = word_start(vocab)
     assert bool(starts[vocab.sp.piece_to_id("<mask>")])
     assert all(bool(starts[i]) == vocab.sp.id_to_piece(i).startswith("\u2581") for i in range(9, len(vocab)))
+    # a Hugging Face folder saved by transformers (tokenizer.json beside spiece.model in 4.x; transformers 5 may
+    # write tokenizer.json alone, a Unigram model): the same ids, special tokens and word starts
+    transformers.AutoTokenizer.from_pretrained(tmp_path / "tok").save_pretrained(tmp_path / "hf")
+    assert (tmp_path / "hf" / "tokenizer.json").is_file()
+    for alone in (False, True):
+        if alone:
+            (tmp_path / "hf" / "spiece.model").unlink(missing_ok=True)
+        saved = load_tokenizer(tmp_path / "hf")
+        assert saved.encode(PROBE) == ids and len(saved) == len(vocab)
+        assert special_ids(saved) == special_ids(vocab)
+        assert word_start(saved).tolist() == starts.tolist()
+        # character spans of the pieces, as span extraction maps answers: the same for every piece that covers
+        # characters (a bare '▁', empty in sentencepiece, may cover the next character in tokenizers)
+        spans, want = tokenize_with_offsets(saved, PROBE)[1], tokenize_with_offsets(vocab, PROBE)[1]
+        covering = [i for i, (start, end) in enumerate(want) if start < end]
+        assert len(covering) > len(want) // 2 and [spans[i] for i in covering] == [want[i] for i in covering]
+        assert [spans[i][0] for i in range(len(want))] == [start for start, _ in want]
 
 
 @pytest.mark.hf_interop

@@ -358,13 +358,16 @@ def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -
 
 
 def load_tokenizer(path: str | Path) -> Vocab:
-    """Read a tokenizer folder: ``tokenizer.json`` (any ``tokenizers`` tokenizer), else ``vocab.txt``
-    (WordPiece; lower-cased unless tokenizer_config.json says ``do_lower_case: false``, as
-    transformers' BertTokenizer), else ``spiece.model``."""
+    """Read a tokenizer folder: ``spiece.model`` (a sentencepiece model: XLNet's, which a Hugging Face folder
+    may hold beside its conversion to tokenizer.json), else ``tokenizer.json`` (any ``tokenizers`` tokenizer; a
+    Unigram one, as transformers 5 saves XLNet's, counts as sentencepiece), else ``vocab.txt`` (WordPiece;
+    lower-cased unless tokenizer_config.json says ``do_lower_case: false``, as transformers' BertTokenizer)."""
     from .vocab import _tokenizer_from_json
 
     path = Path(path)
     try:
+        if (path / "spiece.model").is_file():
+            return SentencePieceVocab((path / "spiece.model").read_bytes())
         if (path / "tokenizer.json").is_file():
             return BPEVocab(_tokenizer_from_json((path / "tokenizer.json").read_text(encoding="utf-8")))
         if (path / "vocab.txt").is_file():
@@ -372,8 +375,6 @@ def load_tokenizer(path: str | Path) -> Vocab:
             lowercase = json.loads(config.read_text()).get("do_lower_case", True) if config.is_file() else True
             tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
             return BPEVocab(_wordpiece_from_tokens(tokens, lowercase))
-        if (path / "spiece.model").is_file():
-            return SentencePieceVocab((path / "spiece.model").read_bytes())
     except (ValueError, RuntimeError, OSError) as e:
         raise DataError(f"tokenizer folder '{path}' cannot be read ({e})",
                         "pass a folder written by 'genfeat tokenizer train' or a Hugging Face tokenizer folder") from None
@@ -391,10 +392,13 @@ def _pieces(vocab: Vocab) -> list[str]:
 
 
 def _kind(vocab: Vocab) -> str:
-    """The SPECIALS kind of a subword vocabulary: sentencepiece, bpe (GPT-1's, ``</w>`` suffix) or wordpiece."""
+    """The SPECIALS kind of a subword vocabulary: sentencepiece (a sentencepiece model, or a ``tokenizers``
+    Unigram model converted from one), bpe (GPT-1's, ``</w>`` suffix) or wordpiece."""
     if isinstance(vocab, SentencePieceVocab):
         return "sentencepiece"
     model = json.loads(vocab.tokenizer.to_str())["model"] if isinstance(vocab, BPEVocab) else {}
+    if model.get("type") == "Unigram":
+        return "sentencepiece"
     return "bpe" if model.get("type") == "BPE" and model.get("end_of_word_suffix") == BPE_SUFFIX else "wordpiece"
 
 
@@ -417,7 +421,7 @@ def word_start(vocab: Vocab) -> torch.Tensor:
                           "use a wordpiece or sentencepiece tokenizer, or objective.whole_word: false")
     pieces = _pieces(vocab)
     specials = set(special_ids(vocab).values())
-    if isinstance(vocab, SentencePieceVocab):
+    if _kind(vocab) == "sentencepiece":
         starts = [p.startswith("\u2581") or i in specials for i, p in enumerate(pieces)]
     else:
         starts = [not p.startswith("##") for p in pieces]

@@ -178,19 +178,18 @@ def tokenize_with_offsets(vocab: Vocab, text: str) -> tuple[list[int], Offsets]:
     ``tokenizers`` tokenizer such as WordPiece, or sentencepiece, whose byte offsets are turned into
     character offsets and whose word-initial pieces do not count the whitespace before the word, so
     that an answer's tokens give back the answer, not the space before it)."""
-    if isinstance(vocab, BPEVocab):
+    def trimmed(start: int, end: int) -> tuple[int, int]:
+        while start < end and text[start].isspace():  # '▁word' spans the space before the word
+            start += 1
+        return start, end
+
+    if isinstance(vocab, BPEVocab):  # a Unigram tokenizer.json (XLNet's, converted) also spans the space
         enc = vocab.tokenizer.encode(text, add_special_tokens=False)
-        return list(enc.ids), [tuple(o) for o in enc.offsets]
+        return list(enc.ids), [trimmed(*o) for o in enc.offsets]
     if isinstance(vocab, SentencePieceVocab):
         char_at = [i for i, c in enumerate(text) for _ in c.encode("utf-8")] + [len(text)]  # byte -> char
         pieces = vocab.sp.encode(text, return_type="proto").pieces
-        offsets = []
-        for p in pieces:
-            start, end = char_at[p.begin], char_at[p.end]
-            while start < end and text[start].isspace():  # '▁word' spans the space before the word
-                start += 1
-            offsets.append((start, end))
-        return [p.id for p in pieces], offsets
+        return [p.id for p in pieces], [trimmed(char_at[p.begin], char_at[p.end]) for p in pieces]
     raise ConfigError(f"a {vocab.kind} vocabulary gives no character offsets", "use a wordpiece or sentencepiece tokenizer")
 
 
