@@ -36,3 +36,38 @@ def test_stopped_and_resumed_gdan_run_equals_the_full_run(tmp_path, monkeypatch)
     assert weights[0].keys() == weights[1].keys() and any(k.startswith("g.") for k in weights[0])
     for key, value in weights[0].items():
         torch.testing.assert_close(weights[1][key], value, rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.skipif(not (DATA / "squad").is_dir(), reason="needs GENFEAT_DATA with squad/")
+def test_a_run_stopped_in_gs_pretraining_resumes_it(tmp_path, monkeypatch):
+    """Ctrl-C during G's MLE pretraining, after its checkpoint at step 2 of 4 (OUT/g_mle/last; no OUT/last yet):
+    --resume continues the pretraining from it, then trains D and G, ending exactly as an uninterrupted run."""
+    from genfeat.framework.checkpoint import load_trainer_state
+    from genfeat.objectives.question_gen import QuestionGenMLE
+
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA))
+    recipe = ROOT / "recipes/gdan/debug.yaml"
+    small = {**SMALL, "train.save_every": 2}
+    full = run_recipe(recipe, small, out_dir=tmp_path / "full", progress=False)["runs"][0]
+    calls, mle = [], QuestionGenMLE.__call__
+
+    def stop_at_the_third_step(self, model, batch):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return mle(self, model, batch)
+
+    with monkeypatch.context() as m:
+        m.setattr(QuestionGenMLE, "__call__", stop_at_the_third_step)
+        with pytest.raises(KeyboardInterrupt):
+            run_recipe(recipe, small, out_dir=tmp_path / "part", progress=False)
+    part = tmp_path / "part"
+    assert load_trainer_state(part / "g_mle" / "last")["global_step"] == 2
+    assert not (part / "last").exists()
+    resumed = run_recipe(recipe, small, out_dir=part, progress=False, resume=True)["runs"][0]
+    for key in ("test_f1", "test_em", "dev_f1", "dev_em", "steps"):
+        assert resumed[key] == full[key], key
+    for ckpt in ("g_mle/last", "last"):
+        weights = [load_file(tmp_path / run / ckpt / "model.safetensors") for run in ("full", "part")]
+        for key, value in weights[0].items():
+            torch.testing.assert_close(weights[1][key], value, rtol=0, atol=0, msg=f"{ckpt}: {key}")

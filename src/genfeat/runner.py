@@ -203,9 +203,10 @@ writes over them only with ``resume`` or ``overwrite`` (or over a provenance.jso
 ended before writing anything else)."""
 
 
-CHECKPOINTS = ("last", ".last.old", "init", "pretrain")
+CHECKPOINTS = ("last", ".last.old", "init", "pretrain", "g_mle")
 """The entries of a run's OUT that ``--resume`` continues from (a ``last`` checkpoint or its backup, Planetoid's
-initialisation, a fine-tuning run's pretraining stage); a run holding none ended before its first checkpoint."""
+initialisation, a fine-tuning run's pretraining stage, GDAN's pretraining of G); a run holding none ended before
+its first checkpoint."""
 
 
 def _holds_run(folder: Path) -> bool:

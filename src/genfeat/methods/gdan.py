@@ -35,7 +35,9 @@ training phase) and ``train_seconds`` (G's pretraining included); ``genfeat run 
 over seeds (``test_f1_mean`` ...). Output directory, each checkpoint with vocab.json and the recipe in config.json:
 
 - ``OUT/g_mle`` (generator settings): G's MLE pretraining log and ``OUT/g_mle/last``, D (as built) and G after
-  pretraining, architecture ``gdan``: :func:`genfeat.methods.question_gen.load_generator` reads G from it;
+  pretraining, architecture ``gdan``: :func:`genfeat.methods.question_gen.load_generator` reads G from it, and
+  ``--resume`` of a run stopped before OUT/last continues the pretraining from it (saved every ``train.save_every``
+  steps and at its end), then trains D and G afresh;
 - ``OUT/metrics.jsonl`` and ``OUT/last``: D and G after training (the dev-selected parameters), architecture
   ``gdan``, the word vocabulary: ``--resume`` and ``load_generator``;
 - ``OUT/final/d``: D, hub architecture ``ga_reader`` (or ``span_reader`` with ``d_init``, then with the backbone's
@@ -450,7 +452,14 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
                                                            cfg.max_answer_words).items()}
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     out = Path(out_dir) if out_dir is not None else None
-    resume_from = resume_dir(out / "last") if resume else None
+    resume_from = g_from = None
+    if resume:
+        try:
+            resume_from = resume_dir(out / "last")
+        except CheckpointError:
+            if pretrain is None or not (out / "g_mle").is_dir():
+                raise
+            g_from = resume_dir(out / "g_mle" / "last")  # stopped in G's MLE pretraining (or before D's first save)
     # which extractor made the answer chunks (spaCy and its versions, or the rules) goes into every checkpoint
     chunker = {} if cfg.setting == "sl" else {"answer_chunks": backend_name(cfg.chunks)}
     if chunker:
@@ -462,7 +471,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         # G's MLE pretraining has no dev figure of D to select on, so it runs in a trainer of its own
         g_cfg = replace(tcfg, eval_every=0, early_stop_metric=None, keep_best=False, patience=0, stop_after_steps=0)
         Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle", checkpoint_config=ckpt,
-                save_extra=save_vocab).fit()
+                save_extra=save_vocab, resume_from=g_from).fit()
     trainer = Trainer(model, [phase], tcfg, evaluate, out, checkpoint_config=ckpt, save_extra=save_vocab,
                       resume_from=resume_from)
     result = trainer.fit()
