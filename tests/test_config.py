@@ -129,34 +129,59 @@ class Method:
 
 def test_an_override_of_an_unwritten_section_keeps_the_methods_defaults_for_it():
     # the recipe writes no 'inner': --inner.lr changes one field of the method's default section
-    cfg = from_dict(Method, apply_overrides({"steps": 3}, {"inner.lr": 0.1}, Method))
+    cfg = from_dict(Method, apply_overrides({"steps": 3}, {"inner.lr": 0.1}))
     assert cfg.inner == Inner(lr=0.1, mode="b") and cfg.steps == 3
-    # a section the recipe writes is as written (fields it leaves out take the section class's defaults)
-    cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, {"inner.lr": 0.1}, Method))
-    assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="a")
-    # without the class: the bare section, as before
-    assert from_dict(Method, apply_overrides({}, {"inner.lr": 0.1})).inner == Inner(lr=0.1)
+    # a section the recipe writes keeps the method's defaults too, for the fields it leaves out
+    cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, {"inner.lr": 0.1}))
+    assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="b")
+
+
+@dataclass
+class Deep:
+    method: Method = field(default_factory=lambda: Method(inner=Inner(lr=0.25, mode="b", cutoffs=[7]), steps=4))
+    spare: Method | None = None
+
+
+def test_a_written_section_keeps_its_default_for_the_fields_it_leaves_out():
+    """``train: {eval_every: 500}`` in a recipe changes one field of the method's own ``train`` (device, threads
+    and the rest stay the method's), as ``--train.eval_every 500`` does; the section class's bare defaults are
+    only for a section whose parent gives it none."""
+    assert from_dict(Method, {"inner": {"lr": 0.1}}).inner == Inner(lr=0.1, mode="b")
+    assert from_dict(Method, {"inner": {"mode": "a"}}).inner == Inner(lr=0.5, mode="a")
+    # two sections deep: the inner section's default is the one its parent's default holds
+    cfg = from_dict(Deep, {"method": {"inner": {"lr": 0.1}}})
+    assert cfg.method == Method(inner=Inner(lr=0.1, mode="b", cutoffs=[7]), steps=4)
+    assert from_dict(Deep, {"method": {"steps": 9}}).method == Method(inner=Inner(lr=0.25, mode="b", cutoffs=[7]),
+                                                                      steps=9)
+    # an optional section defaulting to None has no default to keep: the class's own defaults
+    assert from_dict(Deep, {"spare": {"steps": 2}}).spare == Method(steps=2)
+    # a list or mapping value is replaced whole, not merged
+    assert from_dict(Deep, {"method": {"inner": {"cutoffs": [1]}}}).method.inner.cutoffs == [1]
+    # the defaults are fresh instances each time: a built config never shares a mutable default with another
+    a, b = from_dict(Deep, {"method": {"steps": 1}}), from_dict(Deep, {"method": {"steps": 2}})
+    a.method.inner.cutoffs.append(3)
+    assert b.method.inner.cutoffs == [7]
 
 
 def test_nested_overrides_are_merged_into_the_sections_they_name():
     ov = dotted({"steps": 3, "inner": {"lr": 0.1}, "inner.mode": "b", "empty": {}})
     assert ov == {"steps": 3, "inner.lr": 0.1, "inner.mode": "b"}
-    cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, ov, Method))
+    cfg = from_dict(Method, apply_overrides({"inner": {"cutoffs": [4]}}, ov))
     assert cfg.inner == Inner(lr=0.1, cutoffs=[4], mode="b") and cfg.steps == 3
 
 
 def test_a_mapping_override_is_merged_into_the_section_not_set_whole():
     recipe = {"inner": {"lr": 0.5, "cutoffs": [4]}, "steps": 3}
     ov = parse_overrides(["--inner", "{mode: b, betas: [0.8, 0.9]}"])
-    cfg = from_dict(Method, apply_overrides(recipe, ov, Method))
+    cfg = from_dict(Method, apply_overrides(recipe, ov))
     assert cfg.inner == Inner(lr=0.5, cutoffs=[4], mode="b", betas=(0.8, 0.9)) and cfg.steps == 3
     # the same as the dotted overrides, and a section the recipe does not write starts from the method's default
-    assert apply_overrides(recipe, ov, Method) == apply_overrides(recipe, {"inner.mode": "b",
-                                                                           "inner.betas": [0.8, 0.9]}, Method)
-    assert from_dict(Method, apply_overrides({}, {"inner": {"lr": 0.1}}, Method)).inner == Inner(lr=0.1, mode="b")
+    assert apply_overrides(recipe, ov) == apply_overrides(recipe, {"inner.mode": "b",
+                                                                           "inner.betas": [0.8, 0.9]})
+    assert from_dict(Method, apply_overrides({}, {"inner": {"lr": 0.1}})).inner == Inner(lr=0.1, mode="b")
     # a value that is not a mapping, for a section, is still refused
     with pytest.raises(ConfigError, match="config section 'inner' has value 8, expected a mapping"):
-        from_dict(Method, apply_overrides(recipe, parse_overrides(["--inner", "8"]), Method))
+        from_dict(Method, apply_overrides(recipe, parse_overrides(["--inner", "8"])))
 
 
 def test_a_recipe_that_is_not_utf8_is_refused_naming_the_file(tmp_path):

@@ -5,7 +5,8 @@ Configs are dataclasses derived from :class:`Config`, whose fields carry docstri
 ``Literal`` among its values, an ``int`` an integer...) before the class's own checks, however
 the config is built. :func:`from_dict` builds one from a mapping, checking every field name and
 type; an unknown field or a wrong type raises :class:`~genfeat.errors.ConfigError` naming the
-dotted path.
+dotted path. A section a recipe writes keeps the method's defaults for the fields it leaves out
+(``train: {eval_every: 500}`` changes one field of the method's ``train``, not the whole section).
 :func:`apply_overrides` applies command-line overrides such as ``--train.lr 3e-4`` (a mapping value,
 ``--train "{lr: 3e-4}"``, is merged into its section); :func:`dotted` turns a nested mapping of overrides
 (a recipe's own) into that form. :func:`load_yaml` reads a recipe, refusing a key written twice.
@@ -46,8 +47,9 @@ def _section_type(tp: Any) -> Any:
     return None
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
-    """Check ``value`` against the annotation ``tp`` and convert where it is lossless."""
+def _coerce(value: Any, tp: Any, path: str, default: Any = None) -> Any:
+    """Check ``value`` against the annotation ``tp`` and convert where it is lossless; a section (a mapping for
+    a dataclass ``tp``) keeps the values of ``default``, the field's default, for the fields it does not write."""
     origin = get_origin(tp)
     if tp is Any:
         return value
@@ -57,7 +59,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             return None
         section = _section_type(tp)
         if isinstance(value, dict) and section is not None and set(args) <= {section, type(None)}:
-            return from_dict(section, value, path)  # an optional section: its errors name the field inside it
+            # an optional section: its errors name the field inside it
+            return from_dict(section, value, path, default if isinstance(default, section) else None)
         for arg in args:
             if arg is type(None):
                 continue
@@ -97,7 +100,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"config section '{path}' has value {value!r}, expected a mapping",
                               f"write '{path}' as a YAML mapping of its fields")
-        return from_dict(tp, value, path)
+        return from_dict(tp, value, path, default if isinstance(default, tp) else None)
     if tp is float:
         if isinstance(value, str):
             # YAML 1.1 reads 3e-4 (no dot) as a string.
@@ -199,8 +202,14 @@ class UnknownFieldError(ConfigError):
         self.key, self.section, self.close = key, section, close
 
 
-def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
+def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "", base: Any = None) -> T:
     """Build the dataclass ``cls`` from ``data``, checking names and types recursively.
+
+    A section ``data`` writes keeps, for the fields it does not write, the values of the section's default in
+    its parent class (a method's own ``train`` or ``optim`` defaults, say), not the section class's bare
+    defaults: ``train: {eval_every: 500}`` changes one field of the method's ``train``, as the override
+    ``--train.eval_every 500`` does. ``base``: the instance of ``cls`` whose values the fields ``data`` does not
+    write take (None: ``cls``'s own defaults).
 
     Raises:
         ConfigError: for an unknown field (with the closest known name, or the other section that has
@@ -218,7 +227,8 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
                 f"known fields of {cls.__name__}: {', '.join(sorted(fields))}"
             raise UnknownFieldError(f"unknown config field '{dotted}'", hint, key, path, bool(close))
         try:
-            kwargs[key] = _coerce(value, hints[key], dotted)
+            kwargs[key] = _coerce(value, hints[key], dotted,
+                                  getattr(base, key) if base is not None else _field_default(cls, key))
         except UnknownFieldError as e:
             # a field written in the wrong top-level section of a recipe (train.lr for optim.lr): name the one
             # it is in (not for deeper sections, whose siblings are not these)
@@ -229,6 +239,8 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "") -> T:
                 raise
             raise UnknownFieldError(e.cause, f"'{e.key}' is a field of another section: did you mean "
                                              f"{' or '.join(repr(h) for h in homes)}?", e.key, e.section, True) from None
+    if base is not None:
+        kwargs = {**{name: getattr(base, name) for name in fields}, **kwargs}
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -365,11 +377,6 @@ def _field_default(cls: Any, name: str) -> Any:
     return None
 
 
-def _init_dict(cfg: Any) -> dict[str, Any]:
-    """``to_dict`` of a config, init fields only (what ``from_dict`` accepts back)."""
-    return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
-
-
 def dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """The leaves of a nested mapping as dotted keys, the form :func:`apply_overrides` takes:
     ``{"steps": 3, "data": {"vocab_size": 900}}`` -> ``{"steps": 3, "data.vocab_size": 900}``; keys that are
@@ -385,47 +392,43 @@ def dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], cls: Any = None) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Set dotted keys of ``overrides`` into a copy of the nested mapping ``data``.
 
     A mapping value is merged into the section it names, recursively, as its dotted leaves would be
     (``--model "{d_model: 8}"`` is ``--model.d_model 8``: the section's other fields stay as the recipe
-    writes them); any other value replaces what is there. With the config class ``cls``, a section on an
-    override's path that ``data`` does not write starts from that field's default in ``cls`` (a method's
-    own ``train`` defaults, say), so that ``--train.eval_every 0`` changes one field of it rather than
-    replacing the whole section with the section class's bare defaults.
+    writes them); any other value replaces what is there. A section on an override's path that ``data`` does
+    not write is added with the override's fields alone: :func:`from_dict` fills the rest from the method's
+    defaults (``--train.eval_every 0`` changes one field of the method's own ``train``).
     """
     import copy
 
     data = copy.deepcopy(data)
     for dotted, value in overrides.items():
-        node, node_cls = data, cls
+        node = data
         parts = dotted.split(".")
         for part in parts[:-1]:
-            node, node_cls = _section(node, part, node_cls)
+            node = _section(node, part)
             if not isinstance(node, dict):
                 raise ConfigError(f"override '--{dotted}': '{part}' is a value, not a section",
                                   "override a field inside a section, e.g. --train.lr")
-        _merge(node, parts[-1], value, node_cls)
+        _merge(node, parts[-1], value)
     return data
 
 
-def _section(node: dict[str, Any], key: str, node_cls: Any) -> tuple[Any, Any]:
-    """``node[key]`` and its config class (None where it is not a config section); a section ``node``
-    does not write is added, as the default of ``node_cls``'s field ``key`` (empty without one)."""
-    default = _field_default(node_cls, key)
-    child_cls = default if dataclasses.is_dataclass(default) else None
+def _section(node: dict[str, Any], key: str) -> Any:
+    """``node[key]``, added as an empty section where ``node`` does not write it (or writes null)."""
     if node.get(key) is None:
-        node[key] = _init_dict(default) if child_cls is not None else {}
-    return node[key], child_cls
+        node[key] = {}
+    return node[key]
 
 
-def _merge(node: dict[str, Any], key: str, value: Any, node_cls: Any) -> None:
+def _merge(node: dict[str, Any], key: str, value: Any) -> None:
     """Set ``node[key]`` to ``value``, merging a mapping into the mapping there (recursively)."""
     if isinstance(value, dict):
-        child, child_cls = _section(node, key, node_cls)
+        child = _section(node, key)
         if isinstance(child, dict):
             for k, v in value.items():
-                _merge(child, k, v, child_cls)
+                _merge(child, k, v)
             return
     node[key] = value

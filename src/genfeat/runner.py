@@ -122,7 +122,7 @@ def _build_recipe(path: str | Path, data: dict[str, Any], overrides: dict[str, A
         names = ", ".join(sorted(m.name for m in _METHODS.values() if m.pretraining))
         raise ConfigError(f"'{path}' is a {method.name} recipe, not a pretraining one",
                           f"name a recipe of a pretraining method ({names}), e.g. recipes/bert/debug.yaml")
-    fields = apply_overrides({k: v for k, v in data.items() if k != "method"}, overrides, method.config_cls)
+    fields = apply_overrides({k: v for k, v in data.items() if k != "method"}, overrides)
     return method, from_dict(method.config_cls, fields)
 
 
