@@ -11,9 +11,10 @@ import torch
 
 from genfeat.errors import CheckpointError, ConfigError
 from genfeat.framework.checkpoint import load_weights, save_checkpoint
-from genfeat.methods.complement_gan import load_density, max_logp_of_samples
+from genfeat.hub import from_pretrained
+from genfeat.methods.complement_gan import count_errors, load_density, load_splits, max_logp_of_samples
 from genfeat.models.pixelcnn import PixelCNN, PixelCNNConfig
-from genfeat.runner import run_recipe
+from genfeat.runner import load_recipe, run_recipe
 
 DATA = pathlib.Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
 RECIPES = pathlib.Path(__file__).resolve().parents[1] / "recipes" / "complement_gan"
@@ -42,6 +43,11 @@ def test_mnist_fm_recipe_reports_the_test_error_count_and_logs_it(tmp_path):
     assert [e["step"] for e in evals] == [2, 4] and evals[-1]["test_errors"] == run["test_errors"]
     assert (tmp_path / "out" / "samples.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "results.json").read_text())["test_errors"] == run["test_errors"]
+    # OUT/final: the trained D and G, as from_pretrained loads them; its D makes the run's error count again
+    final = from_pretrained(tmp_path / "out" / "final", "complement_gan")
+    assert json.loads((tmp_path / "out" / "final" / "config.json").read_text())["method"] == "complement_gan"
+    data = load_splits(load_recipe(RECIPES / "mnist_fm.yaml", TINY)[1], 0)
+    assert count_errors(final, data.x_test, data.y_test) == run["test_errors"]
 
 
 def test_every_seed_keeps_its_own_sample_grid(tmp_path):

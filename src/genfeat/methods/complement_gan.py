@@ -9,6 +9,8 @@ the term switches), ``method: pixelcnn`` + those of :class:`PixelCNNRecipe`.
 The figure of a run is ``test_errors``, the number of misclassified test images (out of 10,000 for
 MNIST) of the discriminator at the end of training (no model selection: MNIST-100 has no validation
 set). Every evaluation's count is also in ``metrics.jsonl`` (``test_errors``), so the number is traceable.
+OUT/last is the resumable checkpoint, OUT/final the trained D and G (architecture ``complement_gan``,
+``genfeat.from_pretrained``; its D gives ``test_errors`` again) beside OUT/results.json.
 
 Devices: the data stay on the CPU; the Trainer moves the networks to ``train.device`` and the run puts the
 frozen density model there too. The helpers that feed a network (:func:`count_errors`, :func:`log_probs`,
@@ -417,7 +419,8 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
             target = place / path.name if cfg.dataset == "synthetic_2d" else place
             with atomic_path(target) as tmp:
                 shutil.copyfile(path, tmp)
-    if out_dir is not None:
+    if out_dir is not None and trainer.dist.is_main:
+        save_checkpoint(Path(out_dir) / "final", model, None, ckpt)  # the trained D and G (from_pretrained)
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures
 
