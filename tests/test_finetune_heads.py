@@ -1,7 +1,8 @@
 """Task heads on every backbone (genfeat.models.heads) and the target losses (genfeat.objectives.task):
 padding does not change a prediction, similarity is symmetric in its two orders, multiple-choice scores
 follow their choices, memory segments equal full-context reading (Transformer-XL), only the head and
-GPT's special tokens are new parameters, span scores stay inside the context, the losses are sums
+GPT's special tokens are new parameters, span scores stay inside the context, end scores conditioned on the start
+are XLNet's given any start and train on the gold one, the losses are sums
 with counts that backpropagate into head and backbone, and GPT-1's L3 = L2 + λ·L1 from one forward pass
 equals the loss and gradients of two separate passes."""
 
@@ -303,6 +304,54 @@ def test_span_scores_stay_in_the_context_and_answerability_reads_cls_and_start_w
     assert grad[:, :16].abs().sum() > 0 and grad[:, 16:].abs().sum() > 0
     reach = hidden.grad.abs().sum(-1)
     assert (reach[allowed] > 0).all() and (reach[~allowed] == 0).all()
+
+
+def test_start_conditioned_end_scores_are_xlnets_given_any_start_and_train_on_the_gold_one(monkeypatch):
+    from genfeat.models import heads
+
+    model = make("xlnet", "span", 0, span_end="start_conditioned", answerability=True)
+    assert set(model.head.state_dict()) >= {"out.weight", "end.dense.weight", "end.norm.weight", "end.score.weight"}
+    assert model.head.out.weight.shape == (1, 16)                   # start scores only
+    fmt = fmt_of(model)
+    packed = fmt.pack([C, B])
+    offsets = [(i, i + 1) if i < len(C) else None for i in range(len(packed.ids))]
+    item = Encoded([packed], None, False, 0, 2, 4, offsets, [o is not None for o in offsets])
+    none = Encoded([packed], None, False, 0, packed.summary, packed.summary, offsets, [o is not None for o in offsets])
+    batch = collate([item, none], fmt)
+    allowed = batch["context_mask"].clone()
+    allowed[torch.arange(2), batch["summary_index"][:, 0]] = True
+    t = allowed.shape[1]
+    torch.manual_seed(1)
+    hidden = torch.randn(2, t, 16)
+    starts = batch["start_positions"]
+    given = model.head(hidden, batch["summary_index"], batch["context_mask"], starts)
+    # w_1ᵀ LayerNorm(tanh(W_0 [h_i ; h_s] + b_0)) + b_1, by hand
+    end = model.head.end
+    at = hidden[torch.arange(2), starts][:, None].expand_as(hidden)
+    want = end.score(end.norm(torch.tanh(end.dense(torch.cat([hidden, at], -1))))).squeeze(-1)
+    torch.testing.assert_close(given.end_logits[allowed], want[allowed])
+    assert given.end_logits.shape == (2, t) and (given.end_logits[~allowed] == -1e9).all()
+    # without starts: the end scores given every start, in chunks of 3 starts when the budget asks for it
+    whole = model.head(hidden, batch["summary_index"], batch["context_mask"]).end_logits
+    monkeypatch.setattr(heads, "_PAIR_BUDGET", 3 * 2 * t * 16)
+    chunked = model.head(hidden, batch["summary_index"], batch["context_mask"]).end_logits
+    assert whole.shape == (2, t, t)
+    torch.testing.assert_close(chunked, whole)
+    torch.testing.assert_close(whole[torch.arange(2), starts], given.end_logits)
+    # training reads the end scores given the gold start and reaches the end head and the backbone
+    model.train()
+    loss = TaskObjective("span")(model, batch)
+    out = model(**{k: v for k, v in batch.items() if k != "end_positions"})
+    from genfeat.objectives.span_qa import span_nll
+
+    ref = span_nll(out.start_logits, out.end_logits, starts, batch["end_positions"]).sum() + \
+        torch.nn.functional.binary_cross_entropy_with_logits(out.answer_logits, torch.tensor([1.0, 0.0]), reduction="sum")
+    torch.testing.assert_close(loss.loss_sum, ref)
+    loss.loss_sum.backward()
+    assert model.head.end.dense.weight.grad.abs().sum() > 0 and model.head.answer[0].weight.grad.abs().sum() > 0
+    assert model.backbone.word_emb.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="span head's options"):
+        HeadConfig(kind="classification", span_end="start_conditioned")
 
 
 def test_packed_summary_positions():

@@ -1,7 +1,10 @@
-"""Hugging Face BERT task models <-> genfeat fine-tuned models (genfeat.interop.hf_finetune): random-weight parity
-(fp32, <= 1e-4) with transformers' BertForSequenceClassification (classes and regression), BertForMultipleChoice and
-BertForQuestionAnswering, with padding and token types, both ways; and fine-tuning from a Hugging Face directory
-on real data (../shared/data) through to evaluating the task model transformers saves."""
+"""Hugging Face BERT, XLNet and GPT-1 task models <-> genfeat fine-tuned models (genfeat.interop.hf_finetune):
+random-weight parity (fp32, <= 1e-4) with transformers' BertForSequenceClassification (classes and regression),
+BertForMultipleChoice, BertForQuestionAnswering, XLNetForSequenceClassification, XLNetForQuestionAnsweringSimple,
+XLNetForQuestionAnswering (start scores, end scores given the start, answer class, training loss) and
+OpenAIGPTDoubleHeadsModel, with padding and token types, both ways; and fine-tuning from a Hugging Face directory
+on real data (../shared/data) through to evaluating the task model transformers saves (BERT on SST-2, XLNet's
+SQuAD head on SQuAD article-split questions)."""
 
 import os
 from pathlib import Path
@@ -137,6 +140,114 @@ def test_xlnet_question_answering_simple_parity(tmp_path):
     torch.testing.assert_close(got.end_logits, ref.end_logits, atol=1e-4, rtol=1e-4)
 
 
+def _qa_inputs():
+    """Left-padded pairs, a context (the real tokens but a separator at 4 and <cls>) and what HF's p_mask leaves:
+    the context and <cls>."""
+    ids, mask, types = _left_padded()
+    context = mask[:, 0].bool() & (torch.arange(9) != 4) & (torch.arange(9) < 8)
+    keep = context.clone()
+    keep[:, -1] = True                                                  # <cls>, the summary: "no answer here"
+    return ids, mask, types, context, keep
+
+
+def test_xlnet_question_answering_parity_both_ways(tmp_path):
+    """XLNetForQuestionAnswering: start scores, end scores given the start (HF's training-mode end_logits, and its
+    beam's end probabilities given its top starts), the answer class (sign flipped), HF's training loss; and the
+    model genfeat exports is read back by transformers and by genfeat with the same weights."""
+    from genfeat.objectives.span_qa import span_nll
+    from genfeat.objectives.task import TaskObjective
+
+    hf = _hf_xlnet(transformers.XLNetForQuestionAnswering, tmp_path, start_n_top=3, end_n_top=2)
+    with torch.no_grad():                                # peaked, not near-uniform, start and end distributions
+        for p in [*hf.start_logits.parameters(), *hf.end_logits.parameters(), *hf.answer_class.parameters()]:
+            p.mul_(20)
+    hf.save_pretrained(tmp_path / "hf")
+    ours = from_pretrained(tmp_path / "hf")
+    head = ours.config.head
+    assert (head.kind, head.span_end, head.answerability) == ("span", "start_conditioned", True)
+    ids, mask, types, context, keep = _qa_inputs()
+    p_mask = (~keep).float()
+    start, end = torch.tensor([8, 5]), torch.tensor([8, 7])             # an impossible one points at <cls>
+    hf_in = dict(input_ids=ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0], p_mask=p_mask)
+    last = torch.full((2, 1), 8)
+    with torch.no_grad():
+        states = hf.transformer(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0])[0]
+        ref_start = hf.start_logits(states, p_mask=p_mask)
+        ref_end = hf.end_logits(states, start_positions=start, p_mask=p_mask)
+        ref = hf(**hf_in)                                               # inference: the beam and cls_logits
+        ref_loss = hf(**hf_in, start_positions=start, end_positions=end).loss
+        got = ours(ids, mask, types, last, context, start_positions=start)
+        every = ours(ids, mask, types, last, context)
+        loss = TaskObjective("span")(ours, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types,
+                                            "summary_index": last, "context_mask": context,
+                                            "start_positions": start, "end_positions": end})
+    diff = lambda a, b: (a - b).abs().max()                             # noqa: E731
+    assert diff(got.start_logits[keep], ref_start[keep]) <= 1e-4 and (got.start_logits[~keep] == -1e9).all()
+    assert diff(got.end_logits[keep], ref_end[keep]) <= 1e-4
+    assert diff(got.answer_logits, -ref.cls_logits) <= 1e-4
+    # HF's loss (no is_impossible given) is genfeat's span loss with the end scores given the gold start; the task
+    # objective adds its answerability term (module docstring of genfeat.methods.finetune)
+    spans = span_nll(got.start_logits, got.end_logits, start, end)
+    assert diff(spans.mean(), ref_loss) <= 1e-4
+    answerable = torch.nn.functional.binary_cross_entropy_with_logits(got.answer_logits, (start != 8).float(),
+                                                                     reduction="sum")
+    assert loss.count == 2 and diff(loss.loss_sum, spans.sum() + answerable) <= 1e-5
+    # the scores of every start hold those of the given ones, and HF's beam reads them: its top starts' end
+    # probabilities are the softmax of genfeat's end scores given those starts
+    assert every.end_logits.shape == (2, 9, 9)
+    torch.testing.assert_close(every.end_logits[torch.arange(2), start], got.end_logits)
+    assert diff(torch.softmax(every.start_logits, -1).topk(3).values, ref.start_top_log_probs) <= 1e-4
+    given = every.end_logits[torch.arange(2)[:, None], ref.start_top_index]            # [b, 3 starts, t]
+    top = torch.softmax(given, -1).topk(2, dim=-1)                                      # HF: end_n_top per start
+    assert diff(top.values.transpose(1, 2).reshape(2, 6), ref.end_top_log_probs) <= 1e-4
+    assert torch.equal(top.indices.transpose(1, 2).reshape(2, 6), ref.end_top_index)
+    save_pretrained(ours, tmp_path / "back", hf=True)
+    again = transformers.XLNetForQuestionAnswering.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert diff(again(**hf_in).cls_logits, ref.cls_logits) <= 1e-6
+        assert diff(again(**hf_in, start_positions=start, end_positions=end).loss, ref_loss) <= 1e-6
+    mine = from_pretrained(tmp_path / "back")
+    assert mine.config.head == head
+    assert all(torch.equal(v, mine.state_dict()[k]) for k, v in ours.state_dict().items())
+
+
+def test_xlnet_question_answering_without_answerability_round_trips(tmp_path):
+    """A start-conditioned head without answerability is exported with a zero answer class and
+    genfeat_answerability false, which transformers keeps and genfeat reads back as no answerability; a
+    directory that says it has an answer class and has none is one error naming the config field."""
+    import json
+
+    from genfeat.models.heads import FineTuneConfig, HeadConfig
+
+    torch.manual_seed(0)
+    ours = FineTuneModel(FineTuneConfig(task="squad_split", backbone="xlnet", backbone_config={
+        "n_token": 60, "d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32, "dropout": 0.0},
+        head=HeadConfig(kind="span", d_model=16, pool=False, span_end="start_conditioned", dropout=0.0))).eval()
+    save_pretrained(ours, tmp_path / "hf", hf=True)
+    hf = transformers.XLNetForQuestionAnswering.from_pretrained(tmp_path / "hf").eval()
+    ids, mask, types, context, keep = _qa_inputs()
+    with torch.no_grad():
+        assert torch.equal(hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).cls_logits,
+                           torch.zeros(2))
+    hf.save_pretrained(tmp_path / "resaved")
+    again = from_pretrained(tmp_path / "resaved")
+    assert again.config.head == ours.config.head and not hasattr(again.head, "answer")
+    with torch.no_grad():
+        want = ours(ids, mask, types, torch.full((2, 1), 8), context)
+        got = again(ids, mask, types, torch.full((2, 1), 8), context)
+    assert (got.end_logits - want.end_logits).abs().max() <= 1e-5 and got.answer_logits is None
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    cfg["genfeat_answerability"] = True
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "hf" / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if not k.startswith("answer_class.")},
+              str(tmp_path / "hf" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="genfeat_answerability false"):
+        from_pretrained(tmp_path / "hf")
+
+
 def test_gpt_double_heads_multiple_choice_parity_both_ways(tmp_path):
     from genfeat.hub import load_checkpoint
     from genfeat.interop.hf_finetune import from_double_heads
@@ -169,6 +280,18 @@ def test_gpt_double_heads_multiple_choice_parity_both_ways(tmp_path):
         from_double_heads(load_checkpoint(tmp_path / "plain")[0])
 
 
+def _saved_by_transformers(cls, tmp_path, capsys) -> Path:
+    """The fine-tuned tmp/ft/final exported by ``genfeat export`` and saved again by transformers as ``cls`` with its
+    tokenizer, into tmp/hf_task."""
+    from genfeat import cli
+
+    assert cli.main(["export", "--checkpoint", str(tmp_path / "ft" / "final"), "--out", str(tmp_path / "export")]) == 0
+    capsys.readouterr()
+    cls.from_pretrained(tmp_path / "export").save_pretrained(tmp_path / "hf_task")
+    transformers.AutoTokenizer.from_pretrained(tmp_path / "export").save_pretrained(tmp_path / "hf_task")
+    return tmp_path / "hf_task"
+
+
 @pytest.mark.skipif(not (DATA / "glue" / "SST-2" / "dev.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
 def test_finetuning_from_a_hugging_face_directory_and_evaluating_the_task_model_transformers_saves(tmp_path, capsys):
     """End to end: a BertForMaskedLM saved by transformers with its WordPiece tokenizer is the init of two SST-2
@@ -176,7 +299,6 @@ def test_finetuning_from_a_hugging_face_directory_and_evaluating_the_task_model_
     its tokenizer, scores what the run scored."""
     from collections import Counter
 
-    from genfeat import cli
     from genfeat.methods.finetune import evaluate_task
     from genfeat.runner import run_recipe
     from genfeat.tasks import load_task
@@ -195,11 +317,28 @@ def test_finetuning_from_a_hugging_face_directory_and_evaluating_the_task_model_
                                                "max_len": 64}, "train": {"eval_every": 0}},
         [0], out_dir=tmp_path / "ft", progress=False)
     assert result["steps"] == 2 and result["dev_examples"] == 32 and 0.0 <= result["dev_accuracy"] <= 1.0
-    assert cli.main(["export", "--checkpoint", str(tmp_path / "ft" / "final"), "--out", str(tmp_path / "export")]) == 0
-    capsys.readouterr()
-    hf_task = tmp_path / "hf_task"
-    transformers.BertForSequenceClassification.from_pretrained(tmp_path / "export").save_pretrained(hf_task)
-    transformers.AutoTokenizer.from_pretrained(tmp_path / "export").save_pretrained(hf_task)
+    hf_task = _saved_by_transformers(transformers.BertForSequenceClassification, tmp_path, capsys)
     figures = evaluate_task(hf_task, "sst2", max_examples=32)
     assert figures["examples"] == 32 and set(figures) >= {"accuracy", "truncated", "seconds"}
     assert figures["accuracy"] == pytest.approx(result["dev_accuracy"], abs=1e-12)
+
+
+@pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")
+def test_xlnet_squad_head_exported_and_saved_by_transformers_scores_what_the_run_scored_and_is_an_init(tmp_path, capsys):
+    """End to end: XLNet with XLNet's SQuAD head fine-tuned on SQuAD article-split questions
+    (test_finetune_runner's XLNET_SQUAD run), exported, saved again by transformers as XLNetForQuestionAnswering with
+    its tokenizer: genfeat evaluates it to the run's figures and fine-tunes from it."""
+    from _finetune_fixtures import XLNET_SQUAD
+
+    from genfeat.methods.finetune import evaluate_task
+    from genfeat.runner import run_recipe
+
+    result = run_recipe("recipes/finetune/squad_xlnet.yaml", XLNET_SQUAD, [0], out_dir=tmp_path / "ft", progress=False)
+    hf_task = _saved_by_transformers(transformers.XLNetForQuestionAnswering, tmp_path, capsys)
+    figures = evaluate_task(hf_task, "squad_split", max_examples=6)
+    assert figures["examples"] == 6
+    assert (figures["exact_match"], figures["squad_f1"]) == pytest.approx(
+        (result["dev_exact_match"], result["dev_squad_f1"]), abs=1e-12)
+    again = run_recipe("recipes/finetune/squad_xlnet.yaml", {**XLNET_SQUAD, "init": str(hf_task), "model": {}, "steps": 1},
+                       [0], out_dir=tmp_path / "init", progress=False)
+    assert again["steps"] == 1 and 0.0 <= again["dev_exact_match"] <= again["dev_squad_f1"] <= 1.0

@@ -1,8 +1,8 @@
 """`method: finetune` end to end on real data (../shared/data) and `genfeat evaluate --task`: the debug recipe on
 SST-2 ends in a JSON line with dev accuracy, evaluate reproduces that figure from OUT/final and writes the GLUE
-submission file, the span head gives EM/F1 on SQuAD article-split questions, an answerability head is trained on a
-SQuAD 2.0-format file the test writes, and bad input (a head for another task, a tokenizer of another model, LM
-flags with --task) ends in one error line."""
+submission file, the span head gives EM/F1 on SQuAD article-split questions (so does XLNet's start-conditioned SQuAD
+head, which evaluate scores again), an answerability head is trained on a SQuAD 2.0-format file the test writes, and
+bad input (a head for another task, a tokenizer of another model, LM flags with --task) ends in one error line."""
 
 import json
 import os
@@ -16,6 +16,8 @@ from genfeat.data.registry import DatasetSpec, FileSpec, register
 from genfeat.runner import run_recipe
 from genfeat.tasks import TASKS, TaskSpec
 from genfeat.tasks.spec import SplitSpec
+
+from _finetune_fixtures import XLNET_SQUAD
 
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 needs_glue = pytest.mark.skipif(not (DATA / "glue" / "SST-2" / "dev.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
@@ -102,6 +104,29 @@ def test_span_head_gives_exact_match_and_f1_on_squad_questions(tmp_path):
     for split in ("dev", "test"):
         assert result[f"{split}_examples"] == 6
         assert 0.0 <= result[f"{split}_exact_match"] <= result[f"{split}_squad_f1"] <= 1.0
+
+
+@pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")
+def test_start_conditioned_span_head_trains_on_squad_questions_and_evaluate_reproduces_it(tmp_path, capsys):
+    from genfeat.hub import load_checkpoint
+
+    result = run_recipe("recipes/finetune/squad_xlnet.yaml", XLNET_SQUAD, [0], out_dir=tmp_path / "sq", progress=False)
+    assert result["steps"] == 3 and result["dev_examples"] == 6
+    assert 0.0 <= result["dev_exact_match"] <= result["dev_squad_f1"] <= 1.0
+    model, _ = load_checkpoint(tmp_path / "sq" / "final", architecture="finetune")
+    assert model.config.head.span_end == "start_conditioned" and not model.config.head.answerability
+    code, stdout, _ = _main(["evaluate", "--checkpoint", str(tmp_path / "sq" / "final"), "--task", "squad_split",
+                             "--max-examples", "6", "--json"], capsys)
+    figures = json.loads(stdout.splitlines()[-1])
+    assert code == 0 and figures["examples"] == 6
+    assert (figures["exact_match"], figures["squad_f1"]) == pytest.approx(
+        (result["dev_exact_match"], result["dev_squad_f1"]), abs=1e-12)
+    from genfeat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="span_end is start_conditioned but task 'sst2' is not a span task"):
+        run_recipe("recipes/finetune/debug.yaml", {"span_end": "start_conditioned"}, [0], out_dir=tmp_path / "sst2",
+                   progress=False)
+    assert not (tmp_path / "sst2").exists()
 
 
 def _squad_v2(path: Path) -> None:

@@ -15,6 +15,7 @@ from genfeat.data.vocab import BPEVocab
 from genfeat.errors import ConfigError, DataError
 from genfeat.tasks import Example
 from genfeat.tasks.transforms import (BertFormat, GPTFormat, TaskEncoder, best_span, best_spans, char_to_token_span,
+                                      end_band,
                                       collate, input_format, token_span_text, tokenize_with_offsets)
 
 SQUAD = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve() / "squad" / "dev-v1.1.json"
@@ -309,6 +310,53 @@ def test_best_spans_equal_the_brute_force_search_with_ties_and_length_limits():
                 band = torch.ones(13, 13).triu().tril(max_len - 1).bool()
                 ties += int((sums[band] == sums[band].max()).sum() > 1 and sums[band].max() > float("-inf"))
     assert ties > 50, "the random scores must really tie"
+
+
+def test_best_spans_of_end_scores_given_the_start_equal_the_brute_force_search():
+    """End scores that depend on the start (a start-conditioned head), as end_band passes them: the best
+    start[s] + end[s, e] over s <= e < s + max_len, -inf where s may not start or e may not end."""
+    g = torch.Generator().manual_seed(2)
+    for _ in range(10):
+        start = torch.randint(-3, 4, (4, 11), generator=g).float()
+        end = torch.randint(-3, 4, (4, 11, 11), generator=g).float()
+        start[torch.rand(4, 11, generator=g) < 0.2] = float("-inf")
+        end[:, :, torch.rand(11, generator=g) < 0.2] = float("-inf")
+        start[3, 7:] = float("-inf")
+        band = end_band(end, 6)
+        assert band.shape == (4, 11, 6) and band[0, 2, 3] == end[0, 2, 5] and band[0, 9, 2] == float("-inf")
+        for max_len in (1, 3, 6, 40):      # 40: the band's 6 ends from each start bound the span
+            s, e = best_spans(start, band, max_len)
+            for row in range(4):
+                best, want = float("-inf"), (0, 0)
+                for i in range(11):
+                    for j in range(i, min(i + min(max_len, 6), 11)):
+                        if start[row, i] + end[row, i, j] > best:
+                            best, want = float(start[row, i] + end[row, i, j]), (i, j)
+                assert (s[row].item(), e[row].item()) == want, (row, max_len)
+
+
+@pytest.mark.parametrize("backbone", ["bert", "xlnet"])
+def test_best_span_of_end_scores_given_the_start(toks, backbone):
+    """best_span reads bands of end scores given the start: ones that do not depend on the start find the span
+    per-position end scores find; end scores given start s that favour end s + 2 find a span of three tokens."""
+    vocab = toks["wp" if backbone == "bert" else "sp"]
+    fmt = input_format(backbone, vocab)
+    enc = TaskEncoder(fmt, vocab, max_len=40, doc_stride=8, max_query_len=8)
+    context = " ".join(TEXT[:4])
+    windows = enc.span(Example("q", ("Who sleeps?", context), answers=(("the lazy dog", context.index("the lazy dog")),)))
+    g = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        rows = [len(w.offsets) for w in windows]
+        start = [torch.randint(-4, 5, (n,), generator=g).float() for n in rows]
+        end = [torch.randint(-4, 5, (n,), generator=g).float() for n in rows]
+        same = [end_band(e.expand(len(e), -1), 30) for e in end]
+        assert best_span(context, windows, start, same, fmt) == best_span(context, windows, start, end, fmt)
+    start = [torch.zeros(n) for n in rows]
+    start[0][[i for i, ok in enumerate(windows[0].max_context) if ok][0]] = 5.0
+    s = int(start[0].argmax())
+    given = [torch.where(torch.arange(n)[None] == torch.arange(n)[:, None] + 2, 3.0, 0.0) for n in rows]
+    want = token_span_text(context, windows[0], s, s + 2)
+    assert len(want.split()) >= 2 and best_span(context, windows, start, [end_band(x, 30) for x in given], fmt) == want
 
 
 @pytest.mark.parametrize("backbone", ["bert", "xlnet"])

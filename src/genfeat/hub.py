@@ -60,7 +60,7 @@ HF_LOADERS: dict[str, tuple[str, str]] = {
 HF_TASK_LOADERS: dict[str, tuple[str, str]] = {
     name: ("genfeat.interop.hf_finetune", "load_hf_task")
     for name in ("BertForSequenceClassification", "BertForMultipleChoice", "BertForQuestionAnswering",
-                 "XLNetForSequenceClassification", "XLNetForQuestionAnsweringSimple")
+                 "XLNetForSequenceClassification", "XLNetForQuestionAnsweringSimple", "XLNetForQuestionAnswering")
 }
 # genfeat architecture -> (interop module, function writing a Hugging Face directory)
 HF_SAVERS: dict[str, tuple[str, str]] = {

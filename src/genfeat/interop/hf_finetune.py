@@ -1,9 +1,9 @@
 """Hugging Face BERT and XLNet task models <-> genfeat fine-tuned models (:class:`~genfeat.models.heads.FineTuneModel`).
 
 Reads ``BertForSequenceClassification`` (classification, or regression with ``num_labels`` 1),
-``BertForMultipleChoice``, ``BertForQuestionAnswering``, ``XLNetForSequenceClassification`` and
-``XLNetForQuestionAnsweringSimple`` directories; writes the same, and multiple-choice GPT-1 models as
-``OpenAIGPTDoubleHeadsModel``. The encoders' weights convert as
+``BertForMultipleChoice``, ``BertForQuestionAnswering``, ``XLNetForSequenceClassification``,
+``XLNetForQuestionAnsweringSimple`` and ``XLNetForQuestionAnswering`` directories; writes the same, and
+multiple-choice GPT-1 models as ``OpenAIGPTDoubleHeadsModel``. The encoders' weights convert as
 genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
 
 - BERT sequence classification / multiple choice: HF's pooler (dense + tanh over [CLS]) is the head's
@@ -11,6 +11,16 @@ genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
 - XLNet sequence classification: ``sequence_summary.summary`` (dense + tanh over the last token,
   ``<cls>``; summary_type "last") is the ``pooler`` and ``logits_proj`` the ``out``;
 - question answering: ``qa_outputs`` (start and end scores per token) is the span head's ``out``;
+- XLNet question answering (XLNetForQuestionAnswering, XLNet's SQuAD head): a span head with
+  start-conditioned end scores (``span_end`` start_conditioned): ``start_logits.dense`` is ``out`` (start scores),
+  ``end_logits`` (dense_0 on [h_end; h_start], tanh, LayerNorm, dense_1) is ``end``
+  (:class:`~genfeat.models.heads.EndGivenStart`), and ``answer_class`` (dense_0 on [h_start; h_cls], tanh,
+  dense_1) is the answerability head ``answer`` with its last layer negated (HF's logit is of "impossible",
+  genfeat's of "answerable"). HF always has an answer class, trained or not (its SQuAD 1.1 training never
+  reaches it); genfeat keeps it unless config.json says ``genfeat_answerability: false``, which genfeat's
+  export writes for a head without one (with a zero answer class: cls_logits 0) and which a SQuAD 1.1 model
+  trained by transformers needs, else ``genfeat evaluate`` answers "" where its untrained answer class says
+  "impossible". HF's ``start_n_top``/``end_n_top`` beam is not genfeat's decoding (genfeat.methods.finetune).
 - GPT-1 double heads: the multiple-choice head (a linear score of each choice's extract state) is a
   multiple-choice head's ``out``. An ``OpenAIGPTDoubleHeadsModel`` directory still loads as genfeat's GPT-1
   with its head (genfeat.interop.hf_gpt); :func:`from_double_heads` makes the task model of it (``genfeat
@@ -21,9 +31,9 @@ A pair is read in one order (``both_orders`` false), as the HF models were train
 have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
 whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
 ``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
-accepts for any task whose head fits). Not converted: answerability heads (SQuAD 2.0; HF's
-XLNetForQuestionAnswering's beam-search head differs), GPT-1 heads other than multiple choice, and XLNet
-sequence summaries other than "last" with a tanh projection.
+accepts for any task whose head fits). Not converted (no HF class has them): an answerability head
+beside per-token end scores, start-conditioned end scores on BERT, GPT-1 heads other than multiple choice;
+nor XLNet sequence summaries other than "last" with a tanh projection.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -50,8 +61,16 @@ BERT_TASK_HEADS = {"BertForSequenceClassification": ("classifier", None),
                    "BertForQuestionAnswering": ("qa_outputs", "span")}
 GPT_TASK = "OpenAIGPTDoubleHeadsModel"
 XLNET_TASK_HEADS = {"XLNetForSequenceClassification": ("logits_proj", None),
-                    "XLNetForQuestionAnsweringSimple": ("qa_outputs", "span")}
+                    "XLNetForQuestionAnsweringSimple": ("qa_outputs", "span"),
+                    "XLNetForQuestionAnswering": ("start_logits.dense", "span")}
+XLNET_QA = "XLNetForQuestionAnswering"
 _XLNET_POOLER = "sequence_summary.summary"
+# XLNetForQuestionAnswering's end scores given the start and answer class (its last weight negated) -> genfeat's
+_XLNET_END = {"head.end.dense": "end_logits.dense_0", "head.end.norm": "end_logits.LayerNorm",
+              "head.end.score": "end_logits.dense_1"}
+_XLNET_ANSWER = {"head.answer.0.weight": "answer_class.dense_0.weight", "head.answer.0.bias": "answer_class.dense_0.bias",
+                 "head.answer.3.weight": "answer_class.dense_1.weight"}
+_NEGATED = "head.answer.3.weight"
 
 
 def _head_kind(kind: str | None, n_out: int) -> str:
@@ -59,10 +78,11 @@ def _head_kind(kind: str | None, n_out: int) -> str:
 
 
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
-                max_len: int) -> FineTuneModel:
+                max_len: int, **span: Any) -> FineTuneModel:
+    """``span``: HeadConfig's answerability, span_end and layer_norm_epsilon."""
     head = HeadConfig(kind=kind, n_labels=n_out if kind in ("classification", "regression") else 2,
                       d_model=backbone.config.d_model, pool=kind != "span" and get_adapter(backbone_name).pool,
-                      dropout=dropout)
+                      dropout=dropout, **span)
     return FineTuneModel(FineTuneConfig(task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
                                         backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
                                         doc_stride=max_len // 2, both_orders=False), backbone)
@@ -125,7 +145,8 @@ def save_hf_gpt_task(model: FineTuneModel, path: str | Path) -> None:
 
 
 def load_hf_xlnet_task(path: str | Path) -> FineTuneModel:
-    """A FineTuneModel from an XLNetForSequenceClassification / XLNetForQuestionAnsweringSimple directory."""
+    """A FineTuneModel from an XLNetForSequenceClassification, XLNetForQuestionAnsweringSimple or
+    XLNetForQuestionAnswering directory (module docstring)."""
     path = Path(path)
     hf_cfg = json.loads((path / "config.json").read_text())
     arch = (hf_cfg.get("architectures") or [""])[0]
@@ -136,47 +157,76 @@ def load_hf_xlnet_task(path: str | Path) -> FineTuneModel:
                               f"activation {hf_cfg.get('summary_activation')!r}", "convert an XLNet task model with "
                               "the default summary (the last token, a tanh projection)")
     weights = read_hf_weights(path)
-    head_names = _head_names_xlnet(prefix, pooled=kind != "span")
+    conditioned = arch == XLNET_QA
+    answerability = conditioned and bool(hf_cfg.get("genfeat_answerability", True))
+    if conditioned and not answerability:
+        # the answer class genfeat exports for a head without one, or an untrained one
+        weights = {k: v for k, v in weights.items() if not k.startswith("answer_class.")}
+    head_names = _head_names_xlnet(prefix, kind != "span", conditioned, answerability)
     absent = [theirs for theirs in head_names.values() if theirs not in weights]
     if absent:
-        raise CheckpointError(f"Hugging Face weights lack '{absent[0]}'", "the config.json and the weights disagree")
+        raise CheckpointError(f"Hugging Face weights lack '{absent[0]}'", "the config.json and the weights disagree"
+                              + (" (a model without an answer class needs genfeat_answerability false in config.json)"
+                                 if absent[0].startswith("answer_class.") else ""))
     head_state = {ours: weights.pop(theirs) for ours, theirs in head_names.items()}
+    if _NEGATED in head_state:
+        head_state[_NEGATED] = -head_state[_NEGATED]
     cfg = hf_xlnet.hf_config_to_ours(hf_cfg)
     backbone = XLNetLMHeadModel(cfg)
     # a task model has no LM head: the backbone's decoder bias starts at zero
     backbone.load_state_dict(hf_xlnet.hf_state_to_ours({**weights, "lm_loss.bias": torch.zeros(cfg.n_token)}, cfg))
     n_out = head_state["head.out.weight"].shape[0]
+    span = {"answerability": answerability, "span_end": "start_conditioned",
+            "layer_norm_epsilon": cfg.layer_norm_epsilon} if conditioned else {}
     model = _task_model(arch, "xlnet", backbone, hf_cfg, _head_kind(kind, n_out), n_out,
-                        hf_cfg.get("summary_last_dropout", cfg.dropout), 512)
+                        hf_cfg.get("summary_last_dropout", cfg.dropout), 512, **span)
     load_converted(model, {**model.state_dict(), **head_state}, [], "XLNet task model")
     return model.eval()
 
 
-def _head_names_xlnet(prefix: str, pooled: bool) -> dict[str, str]:
+def _head_names_xlnet(prefix: str, pooled: bool, conditioned: bool = False, answerability: bool = False
+                      ) -> dict[str, str]:
+    """FineTuneModel head parameter -> HF weight name of an XLNet task model (``answer.3`` is negated)."""
     names = {f"head.out.{p}": f"{prefix}.{p}" for p in ("weight", "bias")}
     if pooled:
         names.update({f"head.pooler.{p}": f"{_XLNET_POOLER}.{p}" for p in ("weight", "bias")})
+    if conditioned:
+        names.update({f"{ours}.{p}": f"{theirs}.{p}" for ours, theirs in _XLNET_END.items() for p in ("weight", "bias")})
+    if answerability:
+        names.update(_XLNET_ANSWER)
     return names
 
 
 def save_hf_xlnet_task(model: FineTuneModel, path: str | Path) -> None:
-    """Write an XLNet FineTuneModel as XLNetForSequenceClassification or XLNetForQuestionAnsweringSimple."""
-    cfg = model.config
-    if cfg.head.kind == "multiple_choice" or cfg.head.answerability:
-        raise CheckpointError(f"a fine-tuned XLNet with a {cfg.head.kind} head"
-                              f"{' and answerability' if cfg.head.answerability else ''} has no Hugging Face "
+    """Write an XLNet FineTuneModel as XLNetForSequenceClassification, XLNetForQuestionAnsweringSimple or (a
+    start-conditioned span head) XLNetForQuestionAnswering, with ``genfeat_answerability`` (module docstring)."""
+    head = model.config.head
+    conditioned = head.span_end == "start_conditioned"
+    if head.kind == "multiple_choice" or (head.answerability and not conditioned):
+        raise CheckpointError(f"a fine-tuned XLNet with a {head.kind} head"
+                              f"{' and answerability' if head.answerability else ''} has no Hugging Face "
                               "task-model format in genfeat", "save a genfeat checkpoint")
-    arch = "XLNetForQuestionAnsweringSimple" if cfg.head.kind == "span" else "XLNetForSequenceClassification"
+    arch = (XLNET_QA if conditioned else "XLNetForQuestionAnsweringSimple") if head.kind == "span" \
+        else "XLNetForSequenceClassification"
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v for k, v in hf_xlnet.ours_state_to_hf(model.backbone).items() if not k.startswith("lm_loss.")}
     state = model.state_dict()
-    for ours, theirs in _head_names_xlnet(XLNET_TASK_HEADS[arch][0], cfg.head.kind != "span").items():
-        tensors[theirs] = state[ours].detach().contiguous().clone()
+    for ours, theirs in _head_names_xlnet(XLNET_TASK_HEADS[arch][0], head.kind != "span", conditioned,
+                                          head.answerability).items():
+        tensors[theirs] = (-state[ours] if ours == _NEGATED else state[ours]).detach().contiguous().clone()
+    extra = {}
+    if conditioned:
+        extra = {"genfeat_answerability": head.answerability}
+        if not head.answerability:
+            d = head.d_model
+            tensors.update({"answer_class.dense_0.weight": torch.zeros(d, 2 * d), "answer_class.dense_0.bias": torch.zeros(d),
+                            "answer_class.dense_1.weight": torch.zeros(1, d)})
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     hf = hf_xlnet.ours_to_hf_config(model.backbone.config)
-    hf.update({"architectures": [arch], "finetuning_task": cfg.task, "summary_type": "last", "summary_use_proj": True,
-               "summary_activation": "tanh", "summary_last_dropout": cfg.head.dropout, **_label_fields(model)})
+    hf.update({"architectures": [arch], "finetuning_task": model.config.task, "summary_type": "last",
+               "summary_use_proj": True, "summary_activation": "tanh", "summary_last_dropout": head.dropout,
+               **_label_fields(model), **extra})
     (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
 
 
@@ -221,9 +271,11 @@ def load_hf_bert_task(path: str | Path) -> FineTuneModel:
 def save_hf_bert_task(model: FineTuneModel, path: str | Path) -> None:
     """Write a BERT FineTuneModel as the matching Hugging Face task model (config.json + model.safetensors)."""
     cfg = model.config
-    if cfg.backbone != "bert" or cfg.head.answerability:
-        raise CheckpointError(f"a fine-tuned {cfg.backbone} model{' with an answerability head' if cfg.head.answerability else ''} "
-                              "has no Hugging Face task-model format in genfeat", "save a genfeat checkpoint")
+    if cfg.backbone != "bert" or cfg.head.answerability or cfg.head.span_end != "linear":
+        what = (" with an answerability head" if cfg.head.answerability
+                else " with start-conditioned end scores" if cfg.head.span_end != "linear" else "")
+        raise CheckpointError(f"a fine-tuned {cfg.backbone} model{what} has no Hugging Face task-model format in genfeat",
+                              "save a genfeat checkpoint")
     arch = {"span": "BertForQuestionAnswering", "multiple_choice": "BertForMultipleChoice"}.get(
         cfg.head.kind, "BertForSequenceClassification")
     path = Path(path)

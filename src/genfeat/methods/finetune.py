@@ -53,6 +53,20 @@ segment's room) are left out, and such examples count as truncated.
 Span tasks whose training split holds unanswerable questions (SQuAD 2.0) get XLNet's answerability
 head; an example is answered "" when no window's answerability logit is positive.
 
+Span heads score ends per token (``span_end: linear``, BERT) or, with ``span_end: start_conditioned``,
+from each token's state and the start's (XLNet's SQuAD head; a Hugging Face XLNetForQuestionAnswering
+loads with it). That head is trained on the end given the gold start (the mean of the start and end
+cross-entropies, as XLNet's run_squad and Hugging Face train it) and decoded as every span head is:
+:func:`best_span` searches every valid span (context tokens, the window's max-context starts, at most
+MAX_ANSWER_LEN tokens), scored start_logits[s] + log p(e | s) (:func:`predict`), not by the beam of XLNet's
+and Hugging Face's SQuAD scripts, which scores only the top-k starts and the top-k ends of each and drops the
+pairs that are no valid span (an end before its start, too long, a start outside its maximum context), so it
+can miss the best valid span or find none. Its answerability head reads the start-probability-weighted
+states in training as at inference (XLNet's run_squad; Hugging Face trains its answer class on the gold
+start's state instead) and enters the loss with weight 1, as with the linear head (XLNet and Hugging Face
+weigh it 0.5). As ``init``, an XLNetForQuestionAnswering directory gives its backbone like any fine-tuned
+checkpoint; the head is new, of the recipe's ``span_end``.
+
 Result: ``dev_<metric>`` for every metric of the task (the first is the main one), ``test_<metric>``
 when the task's test split is labelled (IMDB, RACE, the SQuAD article split), example and
 truncation counts, ``steps``, ``train_seconds``, ``new_params`` (the head's and special tokens'
@@ -89,12 +103,12 @@ from ..framework.trainer import to_device
 from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
                    checkpoint_config, load_checkpoint, save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
-from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, check_backbone, fine_tunable,
-                            get_adapter)
+from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, SpanEnd, check_backbone,
+                            fine_tunable, get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
 from ..runner import check_resume_method, load_recipe, recipe_record, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
-from ..tasks.transforms import Encoded, InputFormat, tokenize_with_offsets
+from ..tasks.transforms import MAX_ANSWER_LEN, Encoded, InputFormat, end_band, tokenize_with_offsets
 
 
 @dataclass
@@ -180,6 +194,9 @@ class FineTuneRecipe(Config):
     data: FineTuneDataConfig = field(default_factory=FineTuneDataConfig)
     head_dropout: float = 0.1
     """Dropout before the head's output layer."""
+    span_end: SpanEnd = "linear"
+    """Span tasks: the head's end scores (module docstring): ``linear`` per token (BERT), or
+    ``start_conditioned`` on the start's state (XLNet's SQuAD head)."""
     aux_lm_weight: float = 0.0
     """λ of GPT-1's auxiliary LM loss L1 on the task inputs (0: off; causal backbones only)."""
     keep_best: bool = True
@@ -357,7 +374,14 @@ class ItemStream:
 def predict(model: FineTuneModel, items: Sequence[Item], fmt: InputFormat, batch_size: int) -> list[dict[str, Any]]:
     """The head's outputs for every item, in order, without gradients: ``score`` (class scores [c],
     a float for regression, choice scores [k]) or span ``start``/``end`` scores over the item's own
-    positions and ``answer`` (answerability logit). Items are batched by length to save padding."""
+    positions and ``answer`` (answerability logit). Items are batched by length to save padding.
+
+    A start-conditioned span head's ``end`` is the band (:func:`~genfeat.tasks.transforms.end_band`, the
+    :data:`~genfeat.tasks.transforms.MAX_ANSWER_LEN` ends from each start) of log p(e | s), its end scores
+    given start s normalised over the window's allowed ends: the ends of different starts are scored by
+    distributions of their own, so :func:`best_span`'s start_logits[s] + log p(e | s) is, within a window,
+    log p(s) p(e | s) up to the window's constant, as a linear head's start_logits[s] + end_logits[e] is
+    log p(s) p(e) up to one."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -378,7 +402,11 @@ def predict(model: FineTuneModel, items: Sequence[Item], fmt: InputFormat, batch
                 continue
             n = len(items[i].encoded.offsets)
             sl = slice(res.start_logits.shape[1] - n, None) if fmt.pad_left else slice(0, n)
-            out[i]["start"], out[i]["end"] = res.start_logits[row, sl].cpu(), res.end_logits[row, sl].cpu()
+            if res.end_logits.dim() == 3:
+                end = end_band(torch.log_softmax(res.end_logits[row], -1)[sl, sl], MAX_ANSWER_LEN)
+            else:
+                end = res.end_logits[row, sl]
+            out[i]["start"], out[i]["end"] = res.start_logits[row, sl].cpu(), end.cpu()
             if res.answer_logits is not None:
                 out[i]["answer"] = float(res.answer_logits[row])
     model.train(was_training)
@@ -515,7 +543,9 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
         backbone = build_model(arch, fields)
     head = HeadConfig(kind=_head_kind(spec), n_labels=spec.n_labels,
                       d_model=backbone.config.d_model, pool=get_adapter(arch).pool, dropout=cfg.head_dropout,
-                      answerability=spec.transform == "span" and any(not ex.answers for ex in train_examples))
+                      answerability=spec.transform == "span" and any(not ex.answers for ex in train_examples),
+                      span_end=cfg.span_end,
+                      layer_norm_epsilon=getattr(backbone.config, "layer_norm_epsilon", HeadConfig.layer_norm_epsilon))
     d = cfg.data
     ft = FineTuneConfig(task=spec.name, backbone=arch, backbone_config=to_dict(backbone.config), head=head,
                         max_len=d.max_len, doc_stride=d.doc_stride, max_segments=d.max_segments,
@@ -626,6 +656,9 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         resume = resume and _has_checkpoint(Path(out_dir) / "last")
     d = cfg.data
     spec = get_task(d.task)
+    if cfg.span_end != "linear" and spec.transform != "span":
+        raise ConfigError(f"span_end is {cfg.span_end} but task '{spec.name}' is not a span task",
+                          "drop span_end: it chooses how a span head scores answer ends")
     train_ex = subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
     dev_ex = subset(dev_ex, d.max_eval_examples)

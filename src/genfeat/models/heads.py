@@ -11,9 +11,9 @@ besides GPT's special-token embeddings). One design serves every backbone:
 - a **head** (:class:`TaskHead`) reads those states: the summary token's state for
   classification, regression (GPT-1 Fig. 1: both orders' states added for similarity) and
   multiple choice (one score per choice, the softmax over the k choices is the loss's), every
-  position for span extraction (start and end scores, seed BERT §4.2), plus, for SQuAD 2.0,
-  XLNet's answerability score from the summary state and the start-probability-weighted states
-  (:class:`TaskHead`).
+  position for span extraction (start and end scores, seed BERT §4.2; or XLNet's end scores
+  conditioned on the start, :class:`EndGivenStart`), plus, for SQuAD 2.0, XLNet's answerability
+  score from the summary state and the start-probability-weighted states (:class:`TaskHead`).
 
 Adapters for bert, xlnet (content stream only: no ``target_mapping``; ``<cls>`` last, padding on the
 left), gpt and lstm_lm (``<start>``/``<delim>``/``<extract>`` as new embeddings via ``add_special_tokens``) and
@@ -46,6 +46,7 @@ from ..errors import CheckpointError, ConfigError
 from ..tasks.transforms import InputFormat, Packed, input_format
 
 HeadKind = Literal["classification", "regression", "multiple_choice", "span"]
+SpanEnd = Literal["linear", "start_conditioned"]
 
 # a logit no position wins with (fp32; applied after casting, so bf16 autocast keeps it finite)
 _NEG = -1.0e9
@@ -267,6 +268,12 @@ class HeadConfig(Config):
     answerability: bool = False
     """Span heads: also score whether the window holds the answer (SQuAD 2.0) with XLNet's answer class
     head, which reads the summary state and the start-probability-weighted states (:class:`TaskHead`)."""
+    span_end: SpanEnd = "linear"
+    """Span heads: end scores from a linear layer on each token, independent of the start (BERT §4.2), or
+    ``start_conditioned``: from each token's state and the start's (XLNet's SQuAD head, :class:`EndGivenStart`;
+    Hugging Face's XLNetForQuestionAnswering)."""
+    layer_norm_epsilon: float = 1e-12
+    """Epsilon of the start-conditioned end scores' layer norm (the backbone's; XLNet's 1e-12)."""
 
     def __post_init__(self):
         if self.kind == "classification" and self.n_labels < 2:
@@ -275,8 +282,8 @@ class HeadConfig(Config):
             raise ValueError(f"a regression head has n_labels 1, got {self.n_labels}")
         if self.d_model < 1 or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"d_model ({self.d_model}) must be >= 1 and dropout ({self.dropout}) in [0, 1)")
-        if self.answerability and self.kind != "span":
-            raise ValueError("answerability is a span head's option")
+        if (self.answerability or self.span_end != "linear") and self.kind != "span":
+            raise ValueError("answerability and span_end are a span head's options")
 
 
 @dataclass
@@ -288,7 +295,8 @@ class TaskOutput:
     start_logits: Tensor | None = None
     """[b, t] span start scores (positions outside the context and its summary token: -1e9)."""
     end_logits: Tensor | None = None
-    """[b, t] span end scores."""
+    """[b, t] span end scores; a start-conditioned head's: [b, t] given the ``start_positions`` passed in (training),
+    else [b, t, t], row s holding the end scores given start s."""
     answer_logits: Tensor | None = None
     """[b] answerability scores (logit of "has an answer in this window")."""
     hidden: Tensor | None = None
@@ -303,6 +311,36 @@ def _gather(hidden: Tensor, index: Tensor) -> Tensor:
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
 
 
+class EndGivenStart(nn.Module):
+    """End scores conditioned on the start, XLNet's SQuAD head (Yang et al. 2019; the released run_squad's
+    ``end_logits``, Hugging Face's PoolerEndLogits): for start s and every position i,
+
+        e(i | s) = w_1ᵀ LayerNorm(tanh(W_0 [h_i ; h_s] + b_0)) + b_1.
+
+    W_0 [h_i ; h_s] is computed as W_0ᵉ h_i + W_0ˢ h_s, so the m starts of a row share the [t, d] product of its
+    states; the tanh and layer norm still run on [m, t, d] (one pair of start and end per entry).
+
+    Shapes: hidden [b, t, d], starts [b, m] -> [b, m, t].
+    """
+
+    def __init__(self, d_model: int, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(2 * d_model, d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.score = nn.Linear(d_model, 1)
+
+    def forward(self, hidden: Tensor, starts: Tensor) -> Tensor:
+        w_end, w_start = self.dense.weight.split(hidden.shape[-1], dim=1)
+        ends = hidden @ w_end.t() + self.dense.bias                                     # [b, t, d]
+        at = hidden.gather(1, starts[..., None].expand(-1, -1, hidden.shape[-1])) @ w_start.t()   # [b, m, d]
+        return self.score(self.norm(torch.tanh(ends[:, None] + at[:, :, None]))).squeeze(-1)
+
+
+_PAIR_BUDGET = 1 << 24
+"""Elements of the [b, m, t, d] tensor one chunk of starts may take when a start-conditioned head scores the ends
+of every start (inference): 64 MiB in fp32."""
+
+
 class TaskHead(nn.Module):
     """The head of :class:`HeadConfig` (module docstring).
 
@@ -315,7 +353,13 @@ class TaskHead(nn.Module):
     loss also reaches the start scores through p. Its sign: positive means "the answer is in this window"
     (XLNet's logit is of "impossible"; objectives/task.py trains this one).
 
-    Shapes: hidden [b·k, t, d]; summary_index [b, k]; context_mask [b, t] (span) ->
+    Span heads score ends with ``out`` beside the starts (``span_end`` linear: BERT's two scores per token) or
+    with :class:`EndGivenStart` (``start_conditioned``; ``out`` scores the starts alone): given
+    ``start_positions`` (training: the gold starts), the ends of that start, else of every start ([b, t, t],
+    scored in chunks of starts that keep the [b, m, t, d] pair states within ``_PAIR_BUDGET``). One dropout
+    mask on the states serves start and end scores.
+
+    Shapes: hidden [b·k, t, d]; summary_index [b, k]; context_mask [b, t] (span); start_positions [b] ->
     see :class:`TaskOutput`.
     """
 
@@ -325,8 +369,11 @@ class TaskHead(nn.Module):
         d = cfg.d_model
         self.pooler = nn.Linear(d, d) if cfg.pool and cfg.kind != "span" else None
         self.drop = nn.Dropout(cfg.dropout)
-        out = {"classification": cfg.n_labels, "regression": 1, "multiple_choice": 1, "span": 2}[cfg.kind]
-        self.out = nn.Linear(d, out)
+        conditioned = cfg.span_end == "start_conditioned"
+        out = {"classification": cfg.n_labels, "regression": 1, "multiple_choice": 1, "span": 1 if conditioned else 2}
+        self.out = nn.Linear(d, out[cfg.kind])
+        if conditioned:
+            self.end = EndGivenStart(d, cfg.layer_norm_epsilon)
         if cfg.answerability:
             self.answer = nn.Sequential(nn.Linear(2 * d, d), nn.Tanh(), nn.Dropout(cfg.dropout),
                                         nn.Linear(d, 1, bias=False))
@@ -339,20 +386,26 @@ class TaskHead(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
 
-    def forward(self, hidden: Tensor, summary_index: Tensor, context_mask: Tensor | None = None) -> TaskOutput:
+    def forward(self, hidden: Tensor, summary_index: Tensor, context_mask: Tensor | None = None,
+                start_positions: Tensor | None = None) -> TaskOutput:
         cfg = self.config
         b, k = summary_index.shape
         summary = _gather(hidden, summary_index.reshape(-1)).view(b, k, -1)            # [b, k, d]
         if cfg.kind == "span":
-            start, end = self.out(self.drop(hidden)).float().unbind(-1)                # [b, t] each
+            states = self.drop(hidden)
+            if cfg.span_end == "linear":
+                start, end = self.out(states).float().unbind(-1)                       # [b, t] each
+            else:
+                start = self.out(states).float().squeeze(-1)
+                end = self._conditioned_ends(states, start_positions)                   # [b, t] or [b, t, t]
             keep = torch.zeros_like(start, dtype=torch.bool)
             keep[torch.arange(b, device=keep.device), summary_index[:, 0]] = True      # "no answer here"
             if context_mask is not None:
                 keep |= context_mask.bool()
             start = start.masked_fill(~keep, _NEG)
+            end = end.masked_fill(~(keep if end.dim() == 2 else keep[:, None]), _NEG)
             answer = self._answerability(hidden, start, summary[:, 0]) if cfg.answerability else None
-            return TaskOutput(start_logits=start, end_logits=end.masked_fill(~keep, _NEG),
-                              answer_logits=answer, hidden=hidden)
+            return TaskOutput(start_logits=start, end_logits=end, answer_logits=answer, hidden=hidden)
         if cfg.kind != "multiple_choice":
             # similarity: both orders' states added (GPT-1 §3.3), before the pooler of pooled heads
             summary = summary.sum(1, keepdim=True)
@@ -366,6 +419,15 @@ class TaskHead(nn.Module):
         else:
             logits = logits.squeeze(1)                                                 # [b, c]
         return TaskOutput(logits=logits, hidden=hidden)
+
+    def _conditioned_ends(self, states: Tensor, start_positions: Tensor | None) -> Tensor:
+        """:class:`EndGivenStart` scores, fp32: [b, t] given ``start_positions`` [b], else [b, t, t] for every start."""
+        if start_positions is not None:
+            return self.end(states, start_positions[:, None]).float().squeeze(1)
+        b, t, d = states.shape
+        starts = torch.arange(t, device=states.device).expand(b, t)
+        chunk = max(1, _PAIR_BUDGET // (b * t * d))
+        return torch.cat([self.end(states, part).float() for part in starts.split(chunk, dim=1)], 1)
 
     def _answerability(self, hidden: Tensor, start_logits: Tensor, summary: Tensor) -> Tensor:
         """XLNet's answer class logit (class docstring).
@@ -414,7 +476,7 @@ class FineTuneModel(nn.Module):
     """Backbone + adapter + task head.
 
     ``model(input_ids, attention_mask=None, token_type_ids=None, summary_index=None, context_mask=None,
-    memory_ids=None, lm=False) -> TaskOutput``
+    memory_ids=None, lm=False, start_positions=None) -> TaskOutput``
 
     Args (a :func:`genfeat.tasks.collate` batch without its labels):
         input_ids, attention_mask, token_type_ids: [b, k, t] the (last) segment of every sequence.
@@ -424,6 +486,8 @@ class FineTuneModel(nn.Module):
             tokens, no padding) and kept as memory (adapters with ``memory`` only).
         lm: also return ``lm_log_probs`` (:meth:`next_token_log_probs`), computed inside this forward
             pass so that a DistributedDataParallel wrapper sees the LM head's parameters used.
+        start_positions: [b] span heads: the starts a start-conditioned head scores the ends of (training: the
+            gold starts; None: every start); a linear span head's end scores do not depend on them.
     """
 
     def __init__(self, cfg: FineTuneConfig, backbone: nn.Module | None = None):
@@ -451,7 +515,7 @@ class FineTuneModel(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 summary_index: Tensor | None = None, context_mask: Tensor | None = None,
-                memory_ids: Tensor | None = None, lm: bool = False) -> TaskOutput:
+                memory_ids: Tensor | None = None, lm: bool = False, start_positions: Tensor | None = None) -> TaskOutput:
         b, k, t = input_ids.shape
         flat = [None if x is None else x.reshape(b * k, -1) for x in (input_ids, attention_mask, token_type_ids)]
         mems = None
@@ -466,7 +530,7 @@ class FineTuneModel(nn.Module):
         hidden, _ = self.adapter.hidden(self.backbone, *flat, mems)
         if summary_index is None:
             summary_index = torch.full((b, k), t - 1, device=input_ids.device)
-        out = self.head(hidden, summary_index, context_mask)
+        out = self.head(hidden, summary_index, context_mask, start_positions)
         if lm:
             out = dataclasses.replace(out, lm_log_probs=self.next_token_log_probs(hidden, *flat[:2]))
         return out

@@ -4,7 +4,8 @@
 
 - L2, the supervised loss of the task head: cross-entropy over classes or over the k choices (the
   softmax over choices of GPT-1 Fig. 1), squared error for regression, and for span extraction the
-  mean of the start and end cross-entropies over the window's positions (BERT §4.2), plus with an
+  mean of the start and end cross-entropies over the window's positions (BERT §4.2; a start-conditioned
+  end head's end scores are those given the gold start, as XLNet trains them), plus with an
   answerability head the binary cross-entropy of "the answer lies in this window" (XLNet's SQuAD 2.0
   head). Sum over examples (windows), count = examples;
 - with ``aux_lm_weight`` λ > 0, also L1, GPT-1's auxiliary language-model loss on the task's own inputs
@@ -68,7 +69,10 @@ class TaskObjective(Objective):
         self._classify = ClassificationObjective() if kind in ("classification", "multiple_choice") else None
 
     def __call__(self, model: nn.Module, batch: Mapping[str, Any]) -> LossOutput:
-        out = model(**model_inputs(batch), **({"lm": True} if self.aux_lm_weight else {}))
+        extra = {"lm": True} if self.aux_lm_weight else {}
+        if self.kind == "span":
+            extra["start_positions"] = batch["start_positions"]
+        out = model(**model_inputs(batch), **extra)
         task = self._task_loss(out, batch)
         if not self.aux_lm_weight:
             return task

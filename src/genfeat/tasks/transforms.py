@@ -29,7 +29,8 @@ Each backbone packs one or two segments with its own special tokens (:class:`Inp
 Texts longer than ``max_len`` are cut, longest segment first (BERT's rule), and the encoding says so
 (``truncated``); reading long texts in segments with memory (XLNet, Transformer-XL) is not done here.
 :func:`collate` pads a batch into tensors; :func:`best_span` reads a span prediction back as text, through
-:func:`best_spans`, the batched search for the best answer span that GDAN's reader uses as well.
+:func:`best_spans`, the batched search for the best answer span that GDAN's reader uses as well (end scores
+per position, or, from a start-conditioned head, given each start: :func:`end_band`).
 
 Shapes (collate): b batch, k sequences per example (1 for single, pair and span, 2 for similarity,
 the number of answers for multiple choice), t the longest sequence of the batch.
@@ -406,41 +407,66 @@ def collate(batch: Sequence[Encoded], fmt: InputFormat) -> dict[str, torch.Tenso
     return out
 
 
-def best_spans(start_logits: Tensor, end_logits: Tensor, max_answer_len: int) -> tuple[Tensor, Tensor]:
-    """Per row, the (s, e) with s <= e < s + ``max_answer_len`` maximising start_logits[s] + end_logits[e].
+MAX_ANSWER_LEN = 30
+"""Longest answer span :func:`best_span` reads, in tokens (BERT's and XLNet's run_squad max_answer_length)."""
 
-    Only the band of allowed pairs is scored, [b, n, max_answer_len], not all [b, n, n] pairs (GDAN's dev
-    paragraphs run to hundreds of words). Positions that may not start (or end) a span are given -inf
-    start (end) scores by the caller; a row without any finite pair returns (0, 0). Ties go to the first
-    pair in (s, e) order.
+
+def _band(x: Tensor, width: int, fill) -> Tensor:
+    """x [..., n] -> [..., n, width], entry (s, j) = x[s + j] (``fill`` past the end)."""
+    return F.pad(x, (0, width - 1), value=fill).unfold(-1, width, 1)
+
+
+def end_band(end_scores: Tensor, width: int) -> Tensor:
+    """The end scores of a start-conditioned span head that a span search reads: [..., n, n], row s the scores of
+    every end given start s, -> [..., n, width], entry (s, j) the score of end s + j given s (-inf past n)."""
+    n = end_scores.shape[-1]
+    index = torch.arange(n, device=end_scores.device)[:, None] + torch.arange(width, device=end_scores.device)
+    padded = F.pad(end_scores, (0, width), value=float("-inf"))                     # [..., n, n + width]
+    return padded.gather(-1, index.expand(*end_scores.shape[:-1], width))
+
+
+def best_spans(start_logits: Tensor, end_logits: Tensor, max_answer_len: int) -> tuple[Tensor, Tensor]:
+    """Per row, the (s, e) with s <= e < s + ``max_answer_len`` maximising start_logits[s] + the score of end e
+    (given s).
+
+    End scores are per position, end_logits[e], or, where they depend on the start (a start-conditioned head),
+    a band (:func:`end_band`): end_logits[s, j] scores end s + j given start s; a band narrower than
+    ``max_answer_len`` scores only the spans it holds. Only the band of allowed pairs is scored,
+    [b, n, max_answer_len], not all [b, n, n] pairs (GDAN's dev paragraphs run to hundreds of words).
+    Positions that may not start (or end) a span are given -inf start (end) scores by the caller; a row
+    without any finite pair returns (0, 0). Ties go to the first pair in (s, e) order.
 
     Args:
-        start_logits, end_logits: [b, n] scores of each position as the answer's first and last token.
+        start_logits: [b, n] scores of each position as the answer's first token.
+        end_logits: [b, n] scores of each position as its last token, or a band [b, n, m].
         max_answer_len: longest span in positions, at least 1.
     Shapes:
-        [b, n], [b, n] -> start [b], end [b].
+        [b, n], [b, n] or [b, n, m] -> start [b], end [b].
     """
     if max_answer_len < 1:
         raise ValueError(f"max_answer_len must be >= 1, got {max_answer_len}")
     k = min(max_answer_len, start_logits.shape[1])
-    ends = F.pad(end_logits, (0, k - 1), value=float("-inf")).unfold(1, k, 1)      # [b, n, k]: end_logits[s + j]
+    ends = _band(end_logits, k, float("-inf")) if end_logits.dim() == 2 else end_logits[:, :, :k]   # [b, n, k]
+    k = ends.shape[2]
     top = (start_logits[:, :, None] + ends).flatten(1).argmax(1)
     return top // k, top // k + top % k
 
 
 def best_span(context: str, windows: Sequence[Encoded], start_logits: Sequence[Tensor], end_logits: Sequence[Tensor],
-              fmt: InputFormat, max_answer_len: int = 30) -> str:
+              fmt: InputFormat, max_answer_len: int = MAX_ANSWER_LEN) -> str:
     """The answer text of the highest-scoring span over all windows of one example (BERT's run_squad
     rule): start s and end e are context tokens of one window, s <= e < s + ``max_answer_len``, the
-    window gives s its maximum context, and the score is start_logits[s] + end_logits[e]; the first
-    window wins a tie. The windows are searched together by :func:`best_spans`, with -inf start scores
-    outside the window's max-context tokens and -inf end scores outside the context.
+    window gives s its maximum context, and the score is start_logits[s] + end_logits[e] (a band of end
+    scores given the start: + end_logits[s, e - s]); the first window wins a tie. The windows are searched
+    together by :func:`best_spans`, with -inf start scores outside the window's max-context tokens and -inf
+    end scores outside the context.
 
     Args:
         windows: the example's span windows (:meth:`TaskEncoder.span`).
         start_logits, end_logits: per window a [t] row of scores (a [w, t] tensor or a list), at least
-            the window's own positions, padded as :func:`collate` pads (with ``fmt``'s padding side).
-        max_answer_len: longest answer in tokens (default 30).
+            the window's own positions, padded as :func:`collate` pads (with ``fmt``'s padding side); end
+            scores given the start as a [t, m] band (:func:`end_band`) of those positions.
+        max_answer_len: longest answer in tokens (default :data:`MAX_ANSWER_LEN`).
 
     Returns:
         The context text of the best span, "" when no window has a valid span.
@@ -451,11 +477,13 @@ def best_span(context: str, windows: Sequence[Encoded], start_logits: Sequence[T
         start, end = (start[start.shape[0] - n:], end[end.shape[0] - n:]) if fmt.pad_left else (start[:n], end[:n])
         in_context = torch.tensor([o is not None for o in enc.offsets])
         starts.append(start.masked_fill(~(in_context & torch.tensor(enc.max_context)), float("-inf")))
-        ends.append(end.masked_fill(~in_context, float("-inf")))
+        ends.append(end.masked_fill(~(in_context if end.dim() == 1 else _band(in_context, end.shape[1], False)),
+                                    float("-inf")))
     start = pad_sequence(starts, batch_first=True, padding_value=float("-inf"))     # [w, n]: windows' own positions
     end = pad_sequence(ends, batch_first=True, padding_value=float("-inf"))
     s, e = best_spans(start, end, max_answer_len)
-    score = start.gather(1, s[:, None])[:, 0] + end.gather(1, e[:, None])[:, 0]      # [w]
+    rows = torch.arange(len(windows))
+    score = start[rows, s] + (end[rows, e] if end.dim() == 2 else end[rows, s, e - s])     # [w]
     w = int(score.argmax())
     if score[w] == float("-inf"):
         return ""
