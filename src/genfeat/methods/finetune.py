@@ -260,8 +260,10 @@ def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segm
     s = min(max_segments - 1, n // u)
     memory = [ids[i * u:(i + 1) * u] for i in range(s)]
     # the tail starts at a word, so that it is tokenized as in the whole text (subword tokenizers split
-    # words independently) and fits the final segment's room
-    cut = next((j for j in range(n - room, n) if starts[j] == 0 or text[starts[j] - 1].isspace()), n - 1)
+    # words independently) and fits the final segment's room; a word's first token is the first to start
+    # where it does (sentencepiece may give a word's '▁' a piece of its own, which starts where the next does)
+    cut = next((j for j in range(n - room, n) if (j == 0 or starts[j - 1] < starts[j])
+                and (starts[j] == 0 or text[starts[j] - 1].isspace())), n - 1)
     return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, s * u < cut
 
 
