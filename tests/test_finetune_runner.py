@@ -147,28 +147,42 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch):
     assert len(answerable) == len(unanswerable) == 2 and min(answerable) > max(unanswerable), best
 
 
-def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
+WORDS = ("the film was long and slow but the ending made up for all of it and the actors were "
+         "wonderful in every scene they shared together on the screen").split(" ")
+
+
+def _tiny_xlnet(tmp_path, task: str, max_len: int, max_segments: int):
+    """A tiny random XLNet with a head for ``task`` reading up to ``max_segments`` segments, and a 50-piece
+    sentencepiece tokenizer trained on rotations of WORDS."""
     import torch
 
     from genfeat.data.tokenizers import TokenizerConfig, train_tokenizer
-    from genfeat.methods.finetune import ItemStream, encode_items, encoder_for
+    from genfeat.methods.finetune import _head_kind
     from genfeat.models.heads import FineTuneConfig, FineTuneModel, HeadConfig
-    from genfeat.tasks import Example
-    from genfeat.tasks.transforms import tokenize_with_offsets
 
-    sentence = ("the film was long and slow but the ending made up for all of it and the actors were "
-                "wonderful in every scene they shared together on the screen")
-    words = sentence.split(" ")
-    lines = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    lines = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
     (tmp_path / "c.txt").write_text("\n".join(lines))
     vocab = train_tokenizer(TokenizerConfig("sentencepiece", 50), tmp_path / "c.txt", tmp_path / "sp")
-    head = HeadConfig(kind="classification", n_labels=2, d_model=16, dropout=0.0)
+    spec = TASKS[task]
+    head = HeadConfig(kind=_head_kind(spec), n_labels=spec.n_labels, d_model=16, dropout=0.0)
     backbone = {"n_token": len(vocab), "d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32,
                 "dropout": 0.0, "dropatt": 0.0}
     torch.manual_seed(0)
-    model = FineTuneModel(FineTuneConfig(task="sst2", backbone="xlnet", backbone_config=backbone, head=head, max_len=12,
-                                         max_segments=3)).eval()
-    assert model.backbone.config.mem_len >= 2 * 12 and not model.backbone.config.bi_data
+    model = FineTuneModel(FineTuneConfig(task=task, backbone="xlnet", backbone_config=backbone, head=head,
+                                         max_len=max_len, max_segments=max_segments)).eval()
+    assert model.backbone.config.mem_len >= (max_segments - 1) * max_len and not model.backbone.config.bi_data
+    return model, vocab
+
+
+def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
+    import torch
+
+    from genfeat.methods.finetune import ItemStream, encode_items, encoder_for
+    from genfeat.tasks import Example
+    from genfeat.tasks.transforms import tokenize_with_offsets
+
+    words = WORDS
+    model, vocab = _tiny_xlnet(tmp_path, "sst2", max_len=12, max_segments=3)
     spec = TASKS["sst2"]
     long_text, short_text = " ".join(words * 2), "the film was long"
     ids, _ = tokenize_with_offsets(vocab, long_text)
@@ -190,6 +204,85 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     without = {k: v for k, v in with_memory.items() if k not in ("memory_ids", "labels")}
     inputs = {k: v for k, v in with_memory.items() if k != "labels"}
     assert not torch.allclose(model(**inputs).logits, model(**without).logits), "the memory must reach the summary"
+
+
+def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_rest_as_memory(tmp_path, capsys):
+    """RACE-style multiple choice with XLNet's memory: the final segment's room is what the question and the
+    longest option leave; each sequence keeps its question + option whole, the k options share the memory, and
+    the memory segments plus the final segment's passage tail cover the passage, unless max_segments is too few
+    (those examples, and only those, are counted and noted)."""
+    import random
+
+    from genfeat.methods.finetune import collate_items, encode_items, encoder_for
+    from genfeat.tasks import Example
+    from genfeat.tasks.transforms import tokenize_with_offsets
+
+    max_len, max_segments = 40, 3
+    model, vocab = _tiny_xlnet(tmp_path, "race", max_len, max_segments)
+    u = max_len - 3                                               # A <sep> B <sep> <cls>
+    choices = ("the film", "the actors were wonderful", "all of it", "the screen")
+    questions = ("what was slow", "the _ was slow")              # a question, and a cloze the option fills
+    longest = max(len(vocab.encode(c)) for c in choices)
+    # passages of 1 to 79 words in a seeded random order; every word is shorter than the room, so the tail starts
+    # at one (some words begin with a '▁' piece of their own)
+    rng = random.Random(0)
+    examples = [Example(f"p{m}", (" ".join(rng.choice(WORDS) for _ in range(m)), questions[m % 2]), m % 4, choices)
+                for m in range(1, 80)]
+    items, cut = encode_items(examples, TASKS["race"], encoder_for(model, vocab), model.config, "train")
+    assert len(items) == len(examples)
+    uncovered, lengths = [], []
+    for it, ex in zip(items, examples):
+        ids, _ = tokenize_with_offsets(vocab, ex.texts[0])
+        n, question = len(ids), ex.texts[1]
+        room = u - len(vocab.encode(question)) - longest
+        assert room > 0 and not it.encoded.truncated and len(it.encoded.sequences) == len(choices)
+        tails = set()
+        for seq, choice in zip(it.encoded.sequences, choices):
+            b = question.replace("_", choice) if "_" in question else f"{question} {choice}"
+            assert seq.ids[seq.starts[1]:-2] == vocab.encode(b), "the question and the option survive whole"
+            tails.add(tuple(seq.ids[:seq.starts[1] - 1]))
+        assert len(tails) == 1, "every option reads the same passage tail"
+        tail = list(tails.pop())
+        assert 0 < len(tail) <= min(room, n) and tail == ids[n - len(tail):], "the final segment ends the passage"
+        lengths.append(n)
+        if n <= room:
+            assert it.memory == [] and tail == ids
+            continue
+        # each memory segment is u tokens of the passage, found at one place; they start at its first token, follow
+        # each other without a gap, and the tail starts no later than where the memory ends
+        assert 1 <= len(it.memory) <= max_segments - 1 or n < u
+        end = 0
+        for seg in it.memory:
+            at = [p for p in range(n - u + 1) if ids[p:p + u] == seg]
+            assert len(seg) == u and len(at) == 1 and at[0] <= end, (ex.uid, at, end)
+            end = at[0] + u
+        if n - len(tail) > end:
+            uncovered.append(n)
+        if u <= n <= (max_segments - 1) * u:
+            assert n - len(tail) <= end, f"{ex.uid}: {n} tokens fit in the memory alone, yet some were left out"
+    assert sum(u <= n <= (max_segments - 1) * u for n in lengths) > 20
+    # left out: a passage shorter than a segment but longer than the room, or one longer than max_segments hold
+    assert {n < u for n in uncovered} == {True, False}
+    assert cut == len(uncovered), "the examples with tokens left out are counted, and only those"
+    assert capsys.readouterr().err.strip() == (f"note: {cut} of {len(examples)} train examples were cut to fit "
+                                               f"max_len {max_len} and max_segments {max_segments}")
+    with_memory = [it for it in items if len(it.memory) == 2][:2]
+    batch = collate_items(with_memory, encoder_for(model, vocab).fmt)
+    assert batch["memory_ids"].shape == (2, len(choices), 2, u)
+    assert (batch["memory_ids"] == batch["memory_ids"][:, :1]).all(), "the options share the passage's memory"
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+
+    def summary_states(inputs):                                  # [b * k, d]: <cls>, last (left padding)
+        seen = []
+        hook = model.head.register_forward_hook(lambda module, args, out: seen.append(args[0][:, -1]))
+        model(**inputs)
+        hook.remove()
+        return seen[0]
+
+    change = summary_states(inputs) - summary_states({k: v for k, v in inputs.items() if k != "memory_ids"})
+    # the tiny random model moves a summary state by 1.5e-3 to 3e-3 (its norm is 4); unread memory moves none
+    assert change.shape == (2 * len(choices), 16) and (change.norm(dim=-1) > 1e-4).all(), \
+        "the memory reaches every option's summary"
 
 
 @needs_glue
