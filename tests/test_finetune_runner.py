@@ -187,6 +187,17 @@ def _tiny_xlnet(tmp_path, task: str, max_len: int, max_segments: int):
     return model, vocab
 
 
+def memory_end(ids: list[int], memory: list[list[int]], u: int) -> int:
+    """Where the text ``ids`` read through ``memory`` ends: each segment is u tokens found at one place of ``ids``,
+    the first at its start, each starting no later than the one before ends (no gap)."""
+    end = 0
+    for seg in memory:
+        at = [p for p in range(len(ids) - u + 1) if ids[p:p + u] == seg]
+        assert len(seg) == u and len(at) == 1 and at[0] <= end, (at, end)
+        end = at[0] + u
+    return end
+
+
 def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     import torch
 
@@ -261,14 +272,9 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
         if n <= room:
             assert it.memory == [] and tail == ids
             continue
-        # each memory segment is u tokens of the passage, found at one place; they start at its first token, follow
-        # each other without a gap, and the tail starts no later than where the memory ends
+        # the memory segments read the passage from its start without a gap; the tail starts no later than they end
         assert 1 <= len(it.memory) <= max_segments - 1 or n < u
-        end = 0
-        for seg in it.memory:
-            at = [p for p in range(n - u + 1) if ids[p:p + u] == seg]
-            assert len(seg) == u and len(at) == 1 and at[0] <= end, (ex.uid, at, end)
-            end = at[0] + u
+        end = memory_end(ids, it.memory, u)
         if n - len(tail) > end:
             uncovered.append(n)
         if u <= n <= (max_segments - 1) * u:
