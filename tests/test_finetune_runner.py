@@ -1,8 +1,10 @@
 """`method: finetune` end to end on real data (../shared/data) and `genfeat evaluate --task`: the debug recipe on
 SST-2 ends in a JSON line with dev accuracy, evaluate reproduces that figure from OUT/final and writes the GLUE
 submission file, the span head gives EM/F1 on SQuAD article-split questions (so does XLNet's start-conditioned SQuAD
-head, which evaluate scores again), an answerability head is trained on a SQuAD 2.0-format file the test writes, and
-bad input (a head for another task, a tokenizer of another model, LM flags with --task) ends in one error line."""
+head, which evaluate scores again), an answerability head is trained on a SQuAD 2.0-format file the test writes (BERT
+and XLNet backbones), long texts become XLNet memory segments (a single text; RACE passages beside their questions and
+options), and bad input (a head for another task, a tokenizer of another model, LM flags with --task) ends in one
+error line."""
 
 import json
 import os
@@ -10,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from genfeat import cli
 from genfeat.data.registry import DatasetSpec, FileSpec, register
@@ -22,6 +25,8 @@ from _finetune_fixtures import XLNET_SQUAD
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 needs_glue = pytest.mark.skipif(not (DATA / "glue" / "SST-2" / "dev.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
 TINY = {"d_model": 32, "n_layer": 1, "n_head": 2, "d_inner": 64, "max_position": 64, "dropout": 0.0, "dropatt": 0.0}
+MODELS = {"bert": {**TINY, "n_layer": 2},
+          "xlnet": {"d_model": 32, "n_layer": 2, "n_head": 2, "d_head": 16, "d_inner": 64, "dropout": 0.0, "dropatt": 0.0}}
 
 
 def _main(argv, capsys):
@@ -140,20 +145,29 @@ def _squad_v2(path: Path) -> None:
     path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}))
 
 
-def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch):
+# XLNet's sentencepiece can have at most 59 types on this file, so its windows are nearly characters: 3 per
+# question at max_len 48 (BERT's WordPiece: 1), and an answerable question's windows without the answer are
+# trained to say "none" too; it needs more steps
+@pytest.mark.parametrize("backbone, vocab_size, steps", [("bert", 120, 60), ("xlnet", 50, 250)])
+def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch, backbone, vocab_size, steps):
     _squad_v2(tmp_path / "squad" / "tiny-v2.0.json")
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
     register(DatasetSpec("test_squad_v2_tiny", {"all": FileSpec("squad/tiny-v2.0.json", "http://127.0.0.1:9/none", None)}))
     spec = TaskSpec("squad_v2_tiny", "test_squad_v2_tiny", "squad", "span", {"train": SplitSpec("all"), "dev": SplitSpec("all")},
                     ["exact_match", "squad_f1"])
     monkeypatch.setitem(TASKS, spec.name, spec)
-    result = run_recipe("recipes/finetune/debug.yaml", {
+    # the debug recipe with its model section replaced (an override would merge into it, and XLNet has no
+    # max_position)
+    recipe = yaml.safe_load(Path("recipes/finetune/debug.yaml").read_text())
+    recipe.update(backbone=backbone, model=MODELS[backbone])
+    (tmp_path / "debug.yaml").write_text(yaml.safe_dump(recipe))
+    result = run_recipe(tmp_path / "debug.yaml", {
         "data": {"task": "squad_v2_tiny", "batch_size": 4, "max_len": 48, "max_query_len": 16},
-        "vocab_size": 120, "steps": 60, "head_dropout": 0.0, "model": {**TINY, "n_layer": 2}, "optim": {"lr": 3.0e-3},
+        "vocab_size": vocab_size, "steps": steps, "head_dropout": 0.0, "optim": {"lr": 3.0e-3},
         "train": {"eval_every": 0, "progress": False}}, [0], out_dir=tmp_path / "run", progress=False)
     # the two unanswerable questions are answered "" only through the answerability head (best_span never
-    # picks the summary token); with XLNet's answer class head (<cls> and start-weighted states) seeds 0-2
-    # reached 1.0 at 60 steps, seeds 1-2 also at 20
+    # picks the summary token); with XLNet's answer class head (<cls> and start-weighted states) BERT's seeds 0-2
+    # reached 1.0 at 60 steps, seeds 1-2 also at 20; XLNet's seeds 0-4 at 200 and 250 steps (seed 0 not at 150)
     assert result["dev_examples"] == 4 and result["dev_exact_match"] == 1.0
     from genfeat.hub import load_checkpoint
 
@@ -172,28 +186,53 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch):
     assert len(answerable) == len(unanswerable) == 2 and min(answerable) > max(unanswerable), best
 
 
-def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
+WORDS = ("the film was long and slow but the ending made up for all of it and the actors were "
+         "wonderful in every scene they shared together on the screen").split(" ")
+
+
+def _tiny_xlnet(tmp_path, task: str, max_len: int, max_segments: int):
+    """A tiny random XLNet with a head for ``task`` reading up to ``max_segments`` segments, and a 50-piece
+    sentencepiece tokenizer trained on rotations of WORDS."""
     import torch
 
     from genfeat.data.tokenizers import TokenizerConfig, train_tokenizer
-    from genfeat.methods.finetune import ItemStream, encode_items, encoder_for
+    from genfeat.methods.finetune import _head_kind
     from genfeat.models.heads import FineTuneConfig, FineTuneModel, HeadConfig
-    from genfeat.tasks import Example
-    from genfeat.tasks.transforms import tokenize_with_offsets
 
-    sentence = ("the film was long and slow but the ending made up for all of it and the actors were "
-                "wonderful in every scene they shared together on the screen")
-    words = sentence.split(" ")
-    lines = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    lines = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
     (tmp_path / "c.txt").write_text("\n".join(lines))
     vocab = train_tokenizer(TokenizerConfig("sentencepiece", 50), tmp_path / "c.txt", tmp_path / "sp")
-    head = HeadConfig(kind="classification", n_labels=2, d_model=16, dropout=0.0)
+    spec = TASKS[task]
+    head = HeadConfig(kind=_head_kind(spec), n_labels=spec.n_labels, d_model=16, dropout=0.0)
     backbone = {"n_token": len(vocab), "d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32,
                 "dropout": 0.0, "dropatt": 0.0}
     torch.manual_seed(0)
-    model = FineTuneModel(FineTuneConfig(task="sst2", backbone="xlnet", backbone_config=backbone, head=head, max_len=12,
-                                         max_segments=3)).eval()
-    assert model.backbone.config.mem_len >= 2 * 12 and not model.backbone.config.bi_data
+    model = FineTuneModel(FineTuneConfig(task=task, backbone="xlnet", backbone_config=backbone, head=head,
+                                         max_len=max_len, max_segments=max_segments)).eval()
+    assert model.backbone.config.mem_len >= (max_segments - 1) * max_len and not model.backbone.config.bi_data
+    return model, vocab
+
+
+def memory_end(ids: list[int], memory: list[list[int]], u: int) -> int:
+    """Where the text ``ids`` read through ``memory`` ends: each segment is u tokens found at one place of ``ids``,
+    the first at its start, each starting no later than the one before ends (no gap)."""
+    end = 0
+    for seg in memory:
+        at = [p for p in range(len(ids) - u + 1) if ids[p:p + u] == seg]
+        assert len(seg) == u and len(at) == 1 and at[0] <= end, (at, end)
+        end = at[0] + u
+    return end
+
+
+def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
+    import torch
+
+    from genfeat.methods.finetune import ItemStream, encode_items, encoder_for
+    from genfeat.tasks import Example
+    from genfeat.tasks.transforms import tokenize_with_offsets
+
+    words = WORDS
+    model, vocab = _tiny_xlnet(tmp_path, "sst2", max_len=12, max_segments=3)
     spec = TASKS["sst2"]
     long_text, short_text = " ".join(words * 2), "the film was long"
     ids, _ = tokenize_with_offsets(vocab, long_text)
@@ -215,6 +254,80 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     without = {k: v for k, v in with_memory.items() if k not in ("memory_ids", "labels")}
     inputs = {k: v for k, v in with_memory.items() if k != "labels"}
     assert not torch.allclose(model(**inputs).logits, model(**without).logits), "the memory must reach the summary"
+
+
+def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_rest_as_memory(tmp_path, capsys):
+    """RACE-style multiple choice with XLNet's memory: the final segment's room is what the question and the
+    longest option leave; each sequence keeps its question + option whole, the k options share the memory, and
+    the memory segments plus the final segment's passage tail cover the passage, unless max_segments is too few
+    (those examples, and only those, are counted and noted)."""
+    import random
+
+    from genfeat.methods.finetune import collate_items, encode_items, encoder_for
+    from genfeat.tasks import Example
+    from genfeat.tasks.transforms import tokenize_with_offsets
+
+    max_len, max_segments = 40, 3
+    model, vocab = _tiny_xlnet(tmp_path, "race", max_len, max_segments)
+    u = max_len - 3                                               # A <sep> B <sep> <cls>
+    choices = ("the film", "the actors were wonderful", "all of it", "the screen")
+    questions = ("what was slow", "the _ was slow")              # a question, and a cloze the option fills
+    longest = max(len(vocab.encode(c)) for c in choices)
+    # passages of 1 to 79 words in a seeded random order; every word is shorter than the room, so the tail starts
+    # at one (some words begin with a '▁' piece of their own)
+    rng = random.Random(0)
+    examples = [Example(f"p{m}", (" ".join(rng.choice(WORDS) for _ in range(m)), questions[m % 2]), m % 4, choices)
+                for m in range(1, 80)]
+    items, cut = encode_items(examples, TASKS["race"], encoder_for(model, vocab), model.config, "train")
+    assert len(items) == len(examples)
+    uncovered, lengths = [], []
+    for it, ex in zip(items, examples):
+        ids, _ = tokenize_with_offsets(vocab, ex.texts[0])
+        n, question = len(ids), ex.texts[1]
+        room = u - len(vocab.encode(question)) - longest
+        assert room > 0 and not it.encoded.truncated and len(it.encoded.sequences) == len(choices)
+        tails = set()
+        for seq, choice in zip(it.encoded.sequences, choices):
+            b = question.replace("_", choice) if "_" in question else f"{question} {choice}"
+            assert seq.ids[seq.starts[1]:-2] == vocab.encode(b), "the question and the option survive whole"
+            tails.add(tuple(seq.ids[:seq.starts[1] - 1]))
+        assert len(tails) == 1, "every option reads the same passage tail"
+        tail = list(tails.pop())
+        assert 0 < len(tail) <= min(room, n) and tail == ids[n - len(tail):], "the final segment ends the passage"
+        lengths.append(n)
+        if n <= room:
+            assert it.memory == [] and tail == ids
+            continue
+        # the memory segments read the passage from its start without a gap; the tail starts no later than they end
+        assert 1 <= len(it.memory) <= max_segments - 1 or n < u
+        end = memory_end(ids, it.memory, u)
+        if n - len(tail) > end:
+            uncovered.append(n)
+        if u <= n <= (max_segments - 1) * u:
+            assert n - len(tail) <= end, f"{ex.uid}: {n} tokens fit in the memory alone, yet some were left out"
+    assert sum(u <= n <= (max_segments - 1) * u for n in lengths) > 20
+    # left out: a passage shorter than a segment but longer than the room, or one longer than max_segments hold
+    assert {n < u for n in uncovered} == {True, False}
+    assert cut == len(uncovered), "the examples with tokens left out are counted, and only those"
+    assert capsys.readouterr().err.strip() == (f"note: {cut} of {len(examples)} train examples were cut to fit "
+                                               f"max_len {max_len} and max_segments {max_segments}")
+    with_memory = [it for it in items if len(it.memory) == 2][:2]
+    batch = collate_items(with_memory, encoder_for(model, vocab).fmt)
+    assert batch["memory_ids"].shape == (2, len(choices), 2, u)
+    assert (batch["memory_ids"] == batch["memory_ids"][:, :1]).all(), "the options share the passage's memory"
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+
+    def summary_states(inputs):                                  # [b * k, d]: <cls>, last (left padding)
+        seen = []
+        hook = model.head.register_forward_hook(lambda module, args, out: seen.append(args[0][:, -1]))
+        model(**inputs)
+        hook.remove()
+        return seen[0]
+
+    change = summary_states(inputs) - summary_states({k: v for k, v in inputs.items() if k != "memory_ids"})
+    # the tiny random model moves a summary state by 1.5e-3 to 3e-3 (its norm is 4); unread memory moves none
+    assert change.shape == (2 * len(choices), 16) and (change.norm(dim=-1) > 1e-4).all(), \
+        "the memory reaches every option's summary"
 
 
 @needs_glue

@@ -1,6 +1,7 @@
 """GDAN's D from a pretrained encoder (genfeat.models.span_reader, genfeat.data.gdan.WindowEncoder; beyond the
 thesis): words map to their subwords in the right window, scores do not depend on padding or on the other
-questions of a batch, the domain tags, and a gdan run with d_init on real data whose OUT/final/d scores as the run."""
+questions of a batch, the domain tags, and a gdan run with d_init (a BERT or an XLNet) on real data whose OUT/final/d
+scores as the run."""
 
 import os
 from pathlib import Path
@@ -102,7 +103,8 @@ def test_scores_do_not_depend_on_the_batch_and_tags_matter(tokenizers, arch):
 
 
 @pytest.mark.skipif(not (DATA / "squad").is_dir(), reason="needs GENFEAT_DATA with squad/")
-def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("arch", ["bert", "xlnet"])
+def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monkeypatch, capsys, arch):
     """The run, then each of its checkpoints with the loader meant for it: OUT/final/d with ``genfeat evaluate``,
     OUT/g_mle/last, OUT/last and OUT/final/g with load_generator, OUT/final/g with ``genfeat generate-questions``."""
     import json
@@ -114,14 +116,14 @@ def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monk
     from genfeat.hub import load_checkpoint, save_pretrained
     from genfeat.methods.gdan import score
     from genfeat.methods.question_gen import load_generator
-    from genfeat.models.bert import BertConfig, BertForMaskedLM
+    from genfeat.hub import build_model
     from genfeat.runner import run_recipe
 
     monkeypatch.setenv("GENFEAT_DATA", str(DATA))
-    vocab = tokenizers["bert"]
+    vocab = tokenizers[arch]
     torch.manual_seed(0)
-    save_pretrained(BertForMaskedLM(BertConfig(n_token=len(vocab), **BACKBONES["bert"])), tmp_path / "bert", vocab)
-    out = run_recipe(ROOT / "recipes/gdan/debug.yaml", {"d_init": str(tmp_path / "bert"), "d_max_len": 48,
+    save_pretrained(build_model(arch, {"n_token": len(vocab), **BACKBONES[arch]}), tmp_path / arch, vocab)
+    out = run_recipe(ROOT / "recipes/gdan/debug.yaml", {"d_init": str(tmp_path / arch), "d_max_len": 48,
                                                           "d_doc_stride": 24, "max_eval": 20, "max_unlabelled": 6},
                      out_dir=tmp_path / "run", progress=False)["runs"][0]
     assert out["steps"] == 6 and 0.0 <= out["dev_f1"] <= 1.0
@@ -129,7 +131,7 @@ def test_gdan_run_with_a_pretrained_d_and_its_final_d(tokenizers, tmp_path, monk
     assert ("note: reader.embed_dim, reader.hidden, reader.layers, reader.dropout, reader.qe_comm ignored"
             in capsys.readouterr().err)
     d, d_vocab = load_checkpoint(tmp_path / "run" / "final" / "d")
-    assert type(d).__name__ == "SpanReader" and len(d_vocab) == len(vocab)
+    assert type(d).__name__ == "SpanReader" and len(d_vocab) == len(vocab) and d.model.config.backbone == arch
     encoder = WindowEncoder(d_vocab, d.model.input_format(d_vocab), 48, 24, 32, tagged=True)
     dev = load_gdan_data(GDANDataConfig(labelling_rate=0.05, wikitext=[]), seed=0).dev[:20]
     assert score(d, dev, encoder.collate, 0)["f1"] == out["dev_f1"]

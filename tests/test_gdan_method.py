@@ -264,6 +264,6 @@ def test_train_flags_on_a_recipe_keep_model_selection_on_dev():
     write their train block out; without one, a flag rebuilt TrainConfig from its own defaults)."""
     from genfeat.runner import load_recipe
 
-    for name in ("sl", "gdan", "sl_bert"):
+    for name in ("sl", "gdan", "sl_bert", "sl_xlnet", "gdan_xlnet"):
         _, cfg = load_recipe(ROOT / f"recipes/gdan/{name}.yaml", {"train.eval_every": 7})
         assert (cfg.train.eval_every, cfg.train.keep_best, cfg.train.early_stop_metric) == (7, True, "dev_f1"), name

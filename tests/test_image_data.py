@@ -2,6 +2,7 @@
 CIFAR-10 readers on small files written here in their formats, balanced labelled subsets, bad input."""
 
 import gzip
+import hashlib
 import os
 import pathlib
 import struct
@@ -49,6 +50,27 @@ def test_a_truncated_mnist_file_is_a_checksum_error_naming_it(tmp_path, monkeypa
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
     with pytest.raises(DataError, match="t10k-images-idx3-ubyte.gz' has 824438 bytes"):
         load_images("mnist", "test")
+
+
+@needs_mnist
+@pytest.mark.parametrize("name", ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"])
+def test_a_same_size_mnist_file_with_one_byte_changed_is_a_checksum_error_naming_it_and_the_fix(tmp_path, monkeypatch,
+                                                                                             name):
+    (tmp_path / "mnist").mkdir()
+    for other in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        data = bytearray((DATA / "mnist" / other).read_bytes())
+        if other == name:
+            data[len(data) // 2] ^= 0x01                  # inside the gzip stream, the size unchanged
+        (tmp_path / "mnist" / other).write_bytes(bytes(data))
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    with pytest.raises(DataError) as e:
+        load_images("mnist", "test")
+    path = tmp_path / "mnist" / name
+    assert e.value.cause.startswith(f"checksum mismatch for '{path}': expected sha256 ")
+    assert e.value.cause.endswith(f", got {hashlib.sha256(path.read_bytes()).hexdigest()}")
+    assert e.value.fix == ("the file is corrupt or another version; delete it so genfeat downloads it from "
+                           f"https://yann.lecun.com/exdb/mnist/{name}, or replace it with the canonical file")
+    assert path.stat().st_size == (DATA / "mnist" / name).stat().st_size, "the error is the checksum's, not the size's"
 
 
 def _idx(array: np.ndarray, code: int = 0x08) -> bytes:

@@ -46,8 +46,11 @@ is cut, ``genfeat evaluate``'s too). XLNet and Transformer-XL with
 ``max_segments`` > 1 read the first ⌊n/u⌋ (at most max_segments - 1) full segments of u tokens of the
 long text (the single text; a RACE passage) into memory, then the final segment as usual with the
 text's last tokens (from the first word start that fits) and its summary token, whose state is
-classified; the final segment may repeat tokens the memory holds. Tokens between the memory and the
-final segment (when max_segments caps the memory, or a text shorter than u is longer than the final
+classified; the final segment may repeat tokens the memory holds. When the final segment's text starts
+after the memory ends (its room is less than u: a RACE question and longest option take part of it; or
+the first word start that fits comes later), one more segment, the u tokens before it, joins the memory
+if max_segments allows, repeating tokens of the one before it. Tokens between the memory and the final
+segment (when max_segments caps the memory, or a text shorter than u is longer than the final
 segment's room) are left out, and such examples count as truncated.
 
 Span tasks whose training split holds unanswerable questions (SQuAD 2.0) get XLNet's answerability
@@ -277,9 +280,17 @@ def _split_long(encoder: TaskEncoder, example: Example, transform: str, max_segm
     s = min(max_segments - 1, n // u)
     memory = [ids[i * u:(i + 1) * u] for i in range(s)]
     # the tail starts at a word, so that it is tokenized as in the whole text (subword tokenizers split
-    # words independently) and fits the final segment's room
-    cut = next((j for j in range(n - room, n) if starts[j] == 0 or text[starts[j] - 1].isspace()), n - 1)
-    return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, s * u < cut
+    # words independently) and fits the final segment's room; a word's first token is the first to start
+    # where it does (sentencepiece may give a word's '▁' a piece of its own, which starts where the next does)
+    cut = next((j for j in range(n - room, n) if (j == 0 or starts[j - 1] < starts[j])
+                and (starts[j] == 0 or text[starts[j] - 1].isspace())), n - 1)
+    read = s * u
+    if read < cut and u <= cut and s < max_segments - 1:
+        # the final segment's room is less than u (a RACE question and option take part of it) or the tail
+        # starts at a later word: one more segment, the u tokens before the tail, closes the gap
+        memory.append(ids[cut - u:cut])
+        read = cut
+    return replace(example, texts=(text[starts[cut]:], *example.texts[1:])), memory, read < cut
 
 
 def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncoder, cfg: FineTuneConfig, split: str

@@ -49,8 +49,9 @@ over seeds (``test_f1_mean`` ...). Output directory, each checkpoint with vocab.
 
 Beyond the thesis (its stated future work): with ``d_init`` naming a genfeat bert or xlnet checkpoint, D is that
 encoder with a span head (:class:`~genfeat.models.span_reader.SpanReader`; recipes ``sl_bert.yaml``,
-``gdan_bert.yaml``), reading the backbone's subwords in windows (:class:`~genfeat.data.gdan.WindowEncoder`), its
-domain tags learned embeddings on an extra token after the question; G, the data and the schedules are the same.
+``gdan_bert.yaml``, ``sl_xlnet.yaml``, ``gdan_xlnet.yaml``), reading the backbone's subwords in windows
+(:class:`~genfeat.data.gdan.WindowEncoder`), its domain tags learned embeddings on an extra token after the
+question; G, the data and the schedules are the same.
 
 The thesis's D is larger (GloVe-initialised, character features) and G's questions come from 1M
 Wikipedia paragraphs; here both models start at random (D's embeddings from word vectors with ``d_vectors``:
