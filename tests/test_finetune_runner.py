@@ -16,6 +16,7 @@ import yaml
 
 from genfeat import cli
 from genfeat.data.registry import DatasetSpec, FileSpec, register
+from genfeat.errors import ConfigError
 from genfeat.runner import run_recipe
 from genfeat.tasks import TASKS, TaskSpec
 from genfeat.tasks.spec import SplitSpec
@@ -154,7 +155,7 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch, bac
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
     register(DatasetSpec("test_squad_v2_tiny", {"all": FileSpec("squad/tiny-v2.0.json", "http://127.0.0.1:9/none", None)}))
     spec = TaskSpec("squad_v2_tiny", "test_squad_v2_tiny", "squad", "span", {"train": SplitSpec("all"), "dev": SplitSpec("all")},
-                    ["exact_match", "squad_f1"])
+                    ["exact_match", "squad_f1"], unanswerable=True)
     monkeypatch.setitem(TASKS, spec.name, spec)
     # the debug recipe with its model section replaced (an override would merge into it, and XLNet has no
     # max_position)
@@ -184,6 +185,19 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch, bac
     answerable = [b for b, ex in zip(best, examples) if ex.answers]
     unanswerable = [b for b, ex in zip(best, examples) if not ex.answers]
     assert len(answerable) == len(unanswerable) == 2 and min(answerable) > max(unanswerable), best
+    # the same model on a task that does not admit unanswerable questions answers every one (an untrained
+    # answerability head, as an HF XLNetForQuestionAnswering trained on SQuAD 1.1 has, must not blank answers)
+    from genfeat.methods.finetune import predictions
+
+    assert "" in predictions(spec, examples, items, outs, encoder.fmt)
+    answered = replace(spec, unanswerable=False)
+    assert "" not in predictions(answered, examples, items, outs, encoder.fmt)
+    # and such a task refuses training data with unanswerable questions, before any work
+    monkeypatch.setitem(TASKS, spec.name, answered)
+    with pytest.raises(ConfigError, match="holds questions without an answer, but the task is not marked unanswerable"):
+        run_recipe(tmp_path / "debug.yaml", {"data": {"task": "squad_v2_tiny"}, "steps": 1}, [0],
+                   out_dir=tmp_path / "refused", progress=False)
+    assert not (tmp_path / "refused").exists()
 
 
 WORDS = ("the film was long and slow but the ending made up for all of it and the actors were "

@@ -18,9 +18,10 @@ genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
   dense_1) is the answerability head ``answer`` with its last layer negated (HF's logit is of "impossible",
   genfeat's of "answerable"). HF always has an answer class, trained or not (its SQuAD 1.1 training never
   reaches it); genfeat keeps it unless config.json says ``genfeat_answerability: false``, which genfeat's
-  export writes for a head without one (with a zero answer class: cls_logits 0) and which a SQuAD 1.1 model
-  trained by transformers needs, else ``genfeat evaluate`` answers "" where its untrained answer class says
-  "impossible". HF's ``start_n_top``/``end_n_top`` beam is not genfeat's decoding (genfeat.methods.finetune).
+  export writes for a head without one (with a zero answer class: cls_logits 0). It only answers "" on a task
+  that admits unanswerable questions (``TaskSpec.unanswerable``, SQuAD 2.0), so a SQuAD 1.1 model's untrained
+  answer class leaves ``genfeat evaluate --task squad_split`` answering every question. HF's
+  ``start_n_top``/``end_n_top`` beam is not genfeat's decoding (genfeat.methods.finetune).
 - GPT-1 double heads: the multiple-choice head (a linear score of each choice's extract state) is a
   multiple-choice head's ``out``. An ``OpenAIGPTDoubleHeadsModel`` directory still loads as genfeat's GPT-1
   with its head (genfeat.interop.hf_gpt); :func:`from_double_heads` makes the task model of it (``genfeat

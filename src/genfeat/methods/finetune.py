@@ -53,8 +53,10 @@ if max_segments allows, repeating tokens of the one before it. Tokens between th
 segment (when max_segments caps the memory, or a text shorter than u is longer than the final
 segment's room) are left out, and such examples count as truncated.
 
-Span tasks whose training split holds unanswerable questions (SQuAD 2.0) get XLNet's answerability
-head; an example is answered "" when no window's answerability logit is positive.
+Span tasks that admit unanswerable questions (``TaskSpec.unanswerable``: SQuAD 2.0) get XLNet's answerability
+head; an example is answered "" when no window's answerability logit is positive. Other tasks answer every
+question, whatever an answerability head a loaded model carries says; a training split with unanswerable
+questions in a task not marked so is refused.
 
 Span heads score ends per token (``span_end: linear``, BERT) or, with ``span_end: start_conditioned``,
 from each token's state and the start's (XLNet's SQuAD head; a Hugging Face XLNetForQuestionAnswering
@@ -426,8 +428,8 @@ def predict(model: FineTuneModel, items: Sequence[Item], fmt: InputFormat, batch
 
 def predictions(spec: TaskSpec, examples: Sequence[Example], items: Sequence[Item], outputs: Sequence[dict],
                 fmt: InputFormat) -> list:
-    """One prediction per example: a class id, a score, or (span) the answer text ("" when the
-    answerability head says the question has none in any window)."""
+    """One prediction per example: a class id, a score, or (span) the answer text ("" when the task admits
+    unanswerable questions and the answerability head says the question has none in any window)."""
     if spec.transform != "span":
         preds = [None] * len(examples)
         for it, o in zip(items, outputs):
@@ -438,7 +440,7 @@ def predictions(spec: TaskSpec, examples: Sequence[Example], items: Sequence[Ite
         windows[it.encoded.example].append(j)
     preds = []
     for ex, js in zip(examples, windows):
-        if "answer" in outputs[js[0]] and max(outputs[j]["answer"] for j in js) < 0:
+        if spec.unanswerable and "answer" in outputs[js[0]] and max(outputs[j]["answer"] for j in js) < 0:
             preds.append("")
             continue
         preds.append(best_span(ex.texts[1], [items[j].encoded for j in js], [outputs[j]["start"] for j in js],
@@ -554,7 +556,7 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
         backbone = build_model(arch, fields)
     head = HeadConfig(kind=_head_kind(spec), n_labels=spec.n_labels,
                       d_model=backbone.config.d_model, pool=get_adapter(arch).pool, dropout=cfg.head_dropout,
-                      answerability=spec.transform == "span" and any(not ex.answers for ex in train_examples),
+                      answerability=spec.unanswerable,
                       span_end=cfg.span_end,
                       layer_norm_epsilon=getattr(backbone.config, "layer_norm_epsilon", HeadConfig.layer_norm_epsilon))
     d = cfg.data
@@ -671,6 +673,11 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         raise ConfigError(f"span_end is {cfg.span_end} but task '{spec.name}' is not a span task",
                           "drop span_end: it chooses how a span head scores answer ends")
     train_ex = subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
+    if spec.transform == "span" and not spec.unanswerable and any(not ex.answers for ex in train_ex):
+        raise ConfigError(f"task '{spec.name}' split '{d.train_split}' holds questions without an answer, but the "
+                          "task is not marked unanswerable (its models answer every question)",
+                          "set unanswerable: true in the task's TaskSpec (SQuAD 2.0-style data), or use SQuAD "
+                          "1.1-style data")
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
     dev_ex = subset(dev_ex, d.max_eval_examples)
     # OUT is created by the first file written into it (a tokenizer, the log, a checkpoint), so a run refused

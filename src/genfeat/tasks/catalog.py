@@ -130,7 +130,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
              {split: SplitSpec("dev") for split in ("train", "dev", "test")}, ["exact_match", "squad_f1"],
              article_split=True),
     TaskSpec("squad_v2.0", "squad_v2.0", "squad", "span", {"train": SplitSpec("train"), "dev": SplitSpec("dev")},
-             ["exact_match", "squad_f1"]),
+             ["exact_match", "squad_f1"], unanswerable=True),
 )}
 
 

@@ -66,6 +66,11 @@ class TaskSpec(Config):
     article_split: bool = False
     """The splits are parts (train/dev/test) of a seeded article-level split of one file (SQuAD v1.1
     dev, whose train file is not in shared/data; see :mod:`genfeat.tasks.loaders`)."""
+    unanswerable: bool = False
+    """Span tasks: a question may have no answer in its context (SQuAD 2.0). Fine-tuning then trains an
+    answerability head, and a model's answerability head may leave a question unanswered (""). False: every
+    question is answered, whatever an answerability head says (a Hugging Face XLNetForQuestionAnswering trained
+    on SQuAD 1.1 carries an untrained one)."""
 
     def __post_init__(self):
         if not self.name or not self.dataset:
@@ -81,6 +86,9 @@ class TaskSpec(Config):
         if needs_labels and len(self.labels) < 2:
             raise ConfigError(f"task '{self.name}' has {len(self.labels)} labels, a classifier needs at least 2",
                               "list the label strings in TaskSpec.labels, or set regression")
+        if self.unanswerable and self.transform != "span":
+            raise ConfigError(f"task '{self.name}' is marked unanswerable but is not a span task",
+                              "set TaskSpec.unanswerable only for span extraction (SQuAD 2.0-style)")
         if self.article_split and set(self.splits) != {"train", "dev", "test"}:
             raise ConfigError(f"task '{self.name}' splits its articles but names splits {list(self.splits)}",
                               "name exactly the splits train, dev and test")
