@@ -542,6 +542,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.fn(args, extra)
         ok = True
+        if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group,
+            from .framework.distributed import leave_distributed  # which the ranks leave together (not after an
+
+            leave_distributed()  # error, where a barrier would wait for a failed rank)
     except GenfeatError as e:
         if args.debug:
             raise
@@ -561,15 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted{hint}", file=sys.stderr)
         return 130
     finally:
-        if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group
-            from .framework.distributed import free_reducers, leave_distributed
+        if not ok and "torch.distributed" in sys.modules:  # after an error too, no DDP reducer may outlive it
+            from .framework.distributed import free_reducers
 
-            # no DDP reducer may outlive the command; after a success the ranks also leave the group together
-            # (not after an error, where a barrier would wait for a failed rank)
-            if ok:
-                leave_distributed()
-            else:
-                free_reducers()
+            free_reducers()
     return 0
 
 

@@ -59,8 +59,7 @@ def _coerce(value: Any, tp: Any, path: str, default: Any = None) -> Any:
             return None
         section = _section_type(tp)
         if isinstance(value, dict) and section is not None and set(args) <= {section, type(None)}:
-            # an optional section: its errors name the field inside it
-            return from_dict(section, value, path, default if isinstance(default, section) else None)
+            return _coerce(value, section, path, default)  # an optional section: errors name the field inside it
         for arg in args:
             if arg is type(None):
                 continue

@@ -389,6 +389,8 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     ckpt = checkpoint_config(model, **recipe_record(cfg))
     trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from)
+    if density is not None:
+        density.to(trainer.device)  # under torchrun this rank's GPU, where G's samples are
     t0 = time.time()
     result = trainer.fit()
     seconds = time.time() - t0

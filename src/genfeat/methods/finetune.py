@@ -711,9 +711,10 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if model.adapter.causal and getattr(model.backbone, "special_emb", None) is not None:
         new_params += model.backbone.special_emb.weight[-3:].numel()     # GPT-1's start, delimiter, extract
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
+    record = recipe_record(cfg)
     trainer = Trainer(model, joint(terms, steps, cfg.optim, name="finetune"), train_cfg, evaluate=evaluate,
                       out_dir=out_dir,
-                      checkpoint_config=checkpoint_config(model, **recipe_record(cfg),
+                      checkpoint_config=checkpoint_config(model, **record,
                                                           **{VOCAB_FINGERPRINT: vocab_fingerprint(vocab)}),
                       save_extra=lambda p: vocab.save(p / VOCAB_FILE), resume_from=resume_from)
     t0 = time.time()
@@ -732,7 +733,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab, record=recipe_record(cfg))
+        save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures
 

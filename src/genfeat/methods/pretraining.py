@@ -42,8 +42,9 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
         (Ctrl-C, ``stop_after_steps``) only ``steps``, ``train_seconds`` and ``interrupted`` = 1.
     """
     train_cfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
+    record = recipe_record(cfg)
     trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
-                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, **recipe_record(cfg)),
+                      out_dir=out_dir, checkpoint_config=checkpoint_config(model, **record),
                       save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
     t0 = time.time()
     result = trainer.fit()
@@ -56,7 +57,7 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
     figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
                                  "params": sum(p.numel() for p in model.parameters()), **sizes, **scored}
     if out_dir is not None and trainer.dist.is_main:
-        save_pretrained(model, Path(out_dir) / "final", vocab, record=recipe_record(cfg))
+        save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
         write_json_atomic(Path(out_dir) / "results.json", figures)
         if on_saved is not None:
             on_saved(Path(out_dir))
