@@ -411,6 +411,8 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     copy = (cfg.figures_dir if cfg.dataset == "synthetic_2d" else cfg.samples_png).replace("{seed}", str(seed))
     places = ([Path(out_dir) / ("figures" if cfg.dataset == "synthetic_2d" else "samples.png")]
               if out_dir is not None else []) + ([Path(copy)] if copy else [])
+    if not trainer.dist.is_main:  # under torchrun rank 0 alone writes, as it writes final/ and results.json
+        places = []
     if places and cfg.dataset == "synthetic_2d":
         made = plot_case_study(model, data, places[0], seed)
     elif places:
