@@ -171,6 +171,19 @@ def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overw
     assert rc == 2 and "it has no checkpoint to resume from: pass --overwrite" in err and "--resume" not in err, err
     rc, _, err = run_cli(capsys, "run", recipe, "--out", died, "--no-progress", "--resume")
     assert rc == 2 and "--overwrite" in err, err
+    # so did one that died in a first stage (GDAN's G pretraining, a fine-tuning run's pretraining, Planetoid's
+    # initialisation) before that stage's first checkpoint: its folder alone is nothing to resume from
+    for stage in ("g_mle", "pretrain", "init"):
+        early = tmp_path / f"died_in_{stage}"
+        (early / stage).mkdir(parents=True)
+        (early / stage / "metrics.jsonl").write_text("")
+        if stage == "pretrain":
+            (early / stage / "stage.json").write_text("{}")
+        rc, _, err = run_cli(capsys, "run", recipe, "--out", early, "--no-progress")
+        assert rc == 2 and "it has no checkpoint to resume from: pass --overwrite" in err, (stage, err)
+        (early / stage / "last").mkdir()
+        rc, _, err = run_cli(capsys, "run", recipe, "--out", early, "--no-progress")
+        assert rc == 2 and "fix: pass --resume to continue it" in err, (stage, err)
     # an empty folder is fine
     (tmp_path / "empty").mkdir()
     assert run_cli(capsys, "run", recipe, "--out", tmp_path / "empty", "--no-progress")[0] == 0
@@ -299,6 +312,8 @@ def test_resume_of_several_seeds_is_refused_before_any_work_where_out_cannot_con
     (died / "seed0" / "results.json").write_text('{"valid_loss": 1.0}')
     (died / "seed1").mkdir()
     (died / "seed1" / "metrics.jsonl").write_text("")
+    refused(died, f"seed 1 of the run in '{died}' ended before its first checkpoint", f"delete '{died / 'seed1'}'")
+    (died / "seed1" / "g_mle").mkdir()    # a first stage's folder without a checkpoint in it
     refused(died, f"seed 1 of the run in '{died}' ended before its first checkpoint", f"delete '{died / 'seed1'}'")
 
 

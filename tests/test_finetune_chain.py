@@ -123,9 +123,30 @@ def test_resume_continues_an_interrupted_pretraining_and_skips_a_finished_one(ch
     again = run_recipe(CHAIN, same, [0], out_dir=tmp_path, progress=False, resume=True)
     assert ((pre / "final" / "model.safetensors").stat().st_mtime_ns, (pre / "metrics.jsonl").read_text()) == stamp
     assert again["pretrain_valid_loss"] == whole["pretrain_valid_loss"] and again["dev_f1"] == whole["dev_f1"]
+    # a finished stage's figures that cannot be read back: one error naming the file, nothing run
+    (pre / "results.json").write_text("{cut off")
+    with pytest.raises(CheckpointError, match=re.escape(f"'{pre / 'results.json'}', the figures of the finished "
+                                                        "pretraining stage, cannot be read back: it is not JSON")):
+        run_recipe(CHAIN, same, [0], out_dir=tmp_path, progress=False, resume=True)
+    assert (pre / "metrics.jsonl").read_text() == stamp[1]
+    # the fix it names: without the file the stage finishes again from its last checkpoint, to the same figures
+    (pre / "results.json").unlink()
+    again = run_recipe(CHAIN, same, [0], out_dir=tmp_path, progress=False, resume=True)
+    assert again["pretrain_valid_loss"] == whole["pretrain_valid_loss"] and again["dev_f1"] == whole["dev_f1"]
     # another pretraining (here: more steps) is not taken for the finished one
     with pytest.raises(CheckpointError, match=r"holds a pretraining whose steps differ"):
         run_recipe(CHAIN, {**same, "pretrain.overrides.steps": 99}, [0], out_dir=tmp_path, progress=False, resume=True)
+
+
+def test_an_error_of_the_pretraining_recipe_file_names_the_file_not_the_overrides(tmp_path):
+    """With overrides set, an error the stage's recipe file itself gives is the file's (its path, its field)."""
+    bad = tmp_path / "pre.yaml"
+    bad.write_text(Path("recipes/bert/debug.yaml").read_text() + "\ndropout_rat: 0.1\n")
+    with pytest.raises(ConfigError) as e:
+        run_recipe(CHAIN, {**TINY, "pretrain.recipe": str(bad)}, [0], out_dir=tmp_path / "out", progress=False)
+    assert e.value.cause.startswith(f"pretrain stage: recipe '{bad}': unknown config field 'dropout_rat'"), e.value
+    assert "pretrain.overrides" not in str(e.value)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("overrides, cause", [

@@ -203,10 +203,19 @@ writes over them only with ``resume`` or ``overwrite`` (or over a provenance.jso
 ended before writing anything else)."""
 
 
-CHECKPOINTS = ("last", ".last.old", "init", "pretrain", "g_mle")
-"""The entries of a run's OUT that ``--resume`` continues from (a ``last`` checkpoint or its backup, Planetoid's
-initialisation, a fine-tuning run's pretraining stage, GDAN's pretraining of G); a run holding none ended before
-its first checkpoint."""
+STAGES = ("init", "pretrain", "g_mle")
+"""The folders of a run's OUT where a first phase of it checkpoints: Planetoid's initialisation, a fine-tuning
+run's pretraining stage, GDAN's pretraining of G."""
+
+
+def _resumable(entry: Path) -> bool:
+    """Whether ``--resume`` continues from ``entry`` of a run's OUT: the run's ``last`` checkpoint (or its backup),
+    or a :data:`STAGES` folder holding one; a run with no such entry ended before its first checkpoint."""
+    from .framework.checkpoint import has_checkpoint
+
+    if entry.name == "last" or entry == backup_path(entry.parent / "last"):
+        return has_checkpoint(entry.parent / "last")
+    return entry.name in STAGES and has_checkpoint(entry / "last")
 
 
 def _holds_run(folder: Path) -> bool:
@@ -265,7 +274,7 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
     if any(p.name != PROVENANCE for p in found):
         # --resume continues from a checkpoint (last/, or a stage's or a seed's); a run that died before its
         # first one can only be replaced
-        resumable = any(p.name in CHECKPOINTS or p.name.startswith("seed") for p in found)
+        resumable = any(_resumable(p) or p.name.startswith("seed") for p in found)
         raise ConfigError(f"output directory '{out}' already holds {_describe_run(out, found)}",
                           ("pass --resume to continue it, " if resumable else "it has no checkpoint to resume from: ")
                           + "pass --overwrite to replace its outputs, or another --out")
@@ -287,8 +296,12 @@ def _seed_span(seeds: Any) -> str:
     return f"--seed {min(seeds)} --seeds {max(seeds) - min(seeds) + 1}"
 
 
-def _read_figures(path: Path, seed: int) -> dict[str, float]:
-    """The figures finished seed ``seed`` wrote to ``path`` (its results.json), read back by a resume.
+def read_figures(path: Path, what: str, redo: str) -> dict[str, float]:
+    """The figures a finished run wrote to ``path`` (its results.json), read back by a resume.
+
+    Args:
+        what: the run's figures as an error names them (``the figures of finished seed 2``).
+        redo: the fix's first part, how to have them made again (``delete it to run seed 2 again``).
 
     Raises:
         CheckpointError: the file is not JSON, or not an object of numbers.
@@ -301,9 +314,8 @@ def _read_figures(path: Path, seed: int) -> dict[str, float]:
         if isinstance(figures, dict) and all(isinstance(v, (int, float)) for v in figures.values()):
             return figures
         why = "it is not a JSON object of figures (numbers)"
-    raise CheckpointError(f"--resume: '{path}', the figures of finished seed {seed}, cannot be read back: {why}",
-                          f"delete it to run seed {seed} again (from its checkpoint, where it has one), or pass "
-                          "--overwrite instead of --resume to start the whole run again")
+    raise CheckpointError(f"--resume: '{path}', {what}, cannot be read back: {why}",
+                          f"{redo}, or pass --overwrite instead of --resume to start the whole run again")
 
 
 def _resume_plan(method: MethodSpec, out: Path, seeds: list[int]) -> dict[int, dict[str, float] | None]:
@@ -349,8 +361,9 @@ def _resume_plan(method: MethodSpec, out: Path, seeds: list[int]) -> dict[int, d
     for seed, folder in sorted(held.items()):
         check_resume_method(method, folder)
         if (folder / "results.json").is_file():
-            plan[seed] = _read_figures(folder / "results.json", seed)
-        elif any(p.name in CHECKPOINTS for p in _run_outputs(folder)):
+            plan[seed] = read_figures(folder / "results.json", f"the figures of finished seed {seed}",
+                                      f"delete it to run seed {seed} again (from its checkpoint, where it has one)")
+        elif any(map(_resumable, _run_outputs(folder))):
             plan[seed] = None
         else:
             shown = ", ".join(sorted(p.name for p in folder.iterdir()))

@@ -113,6 +113,15 @@ def resume_dir(path: str | Path) -> Path:
                           "checkpoint), or pass the --out of the run to continue")
 
 
+def has_checkpoint(path: str | Path) -> bool:
+    """Whether :func:`resume_dir` finds a checkpoint at ``path`` (the directory or its complete backup)."""
+    try:
+        resume_dir(path)
+    except CheckpointError:
+        return False
+    return True
+
+
 def _corrupt_fix(path: str | Path, resuming: bool = True) -> str:
     """What to do about a damaged file of checkpoint ``path``: a training checkpoint being resumed is only
     a stage of its run (start the run again); a model being loaded is somebody's result, never to delete."""

@@ -103,7 +103,7 @@ from torch import nn
 from ..config import Config, check_least, dotted, to_dict
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
-from ..framework.checkpoint import resume_dir
+from ..framework.checkpoint import has_checkpoint, resume_dir
 from ..framework.trainer import to_device
 from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
                    checkpoint_config, load_checkpoint, save_pretrained, vocab_fingerprint)
@@ -111,7 +111,7 @@ from ..io import write_json_atomic
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, SpanEnd, check_backbone,
                             fine_tunable, get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
-from ..runner import check_resume_method, load_recipe, recipe_record, register_method
+from ..runner import check_resume_method, load_recipe, read_figures, recipe_record, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
 from ..tasks.transforms import MAX_ANSWER_LEN, Encoded, InputFormat, end_band, tokenize_with_offsets
 
@@ -582,9 +582,7 @@ def _stage_error(e: ConfigError, stage: PretrainStage) -> ConfigError:
     """``e``, raised reading the pretraining recipe with ``stage.overrides``, as one of the fine-tuning recipe:
     when the overrides caused it, the fields it names get their full dotted path (``model.d_modl`` ->
     ``pretrain.overrides.model.d_modl``, its did-you-mean too); else it is the recipe file's, as it says."""
-    try:
-        load_recipe(stage.recipe, pretraining=True)
-    except ConfigError:
+    if str(stage.recipe) in e.cause:    # runner.load_recipe names the file in an error the file itself gives
         return ConfigError(f"pretrain stage: {e.cause}", e.fix)
     sections = "|".join(sorted({re.escape(key.split(".")[0]) for key in dotted(stage.overrides)}))
     field_name = re.compile(rf"'(?:--)?((?:{sections})(?:\.[\w.]+)?)'")
@@ -635,7 +633,8 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
                               f"pretrain: {stage.recipe} asks for now",
                               "resume with the pretrain section the run started with, or start a new --out")
     if resume and done.is_file() and (where / "final").is_dir():
-        figures = json.loads(done.read_text())
+        figures = read_figures(done, "the figures of the finished pretraining stage",
+                               f"delete it to finish the stage again from '{where / 'last'}'")
     else:
         if resume:
             check_resume_method(method, where)
@@ -648,15 +647,6 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     return replace(cfg, init=str(where / "final"), pretrain=None), figures
 
 
-def _has_checkpoint(path: Path) -> bool:
-    """Whether a ``last`` checkpoint (or its backup) is at ``path``."""
-    try:
-        resume_dir(path)
-    except CheckpointError:
-        return False
-    return True
-
-
 @register_method("finetune", FineTuneRecipe)
 def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
@@ -666,7 +656,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         if "interrupted" in pretrained:
             return pretrained
         # the fine-tuning continues only where it wrote a checkpoint; before that it starts from the pretraining
-        resume = resume and _has_checkpoint(Path(out_dir) / "last")
+        resume = resume and has_checkpoint(Path(out_dir) / "last")
     d = cfg.data
     spec = get_task(d.task)
     if cfg.span_end != "linear" and spec.transform != "span":
