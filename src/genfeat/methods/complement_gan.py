@@ -20,6 +20,7 @@ CPU, where the figures (numpy, PNGs) are made.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -376,6 +377,11 @@ def reference_log_probs(cfg: ComplementGANRecipe, data: ImageSplits, density: Pi
 @register_method("complement_gan", ComplementGANRecipe)
 def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("the complement GAN does not run under torchrun (several processes): its objectives draw "
+                          "G's samples outside the model's forward, where DistributedDataParallel does not average "
+                          "gradients", "run it as one process (genfeat run, no torchrun); --train.device cuda puts "
+                          "it on one GPU")
     data = load_splits(cfg, seed)
     density = epsilon = None
     if cfg.density_checkpoint:
@@ -389,8 +395,6 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     ckpt = checkpoint_config(model, **recipe_record(cfg))
     trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from)
-    if density is not None:
-        density.to(trainer.device)  # under torchrun this rank's GPU, where G's samples are
     t0 = time.time()
     result = trainer.fit()
     seconds = time.time() - t0
@@ -411,8 +415,6 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     copy = (cfg.figures_dir if cfg.dataset == "synthetic_2d" else cfg.samples_png).replace("{seed}", str(seed))
     places = ([Path(out_dir) / ("figures" if cfg.dataset == "synthetic_2d" else "samples.png")]
               if out_dir is not None else []) + ([Path(copy)] if copy else [])
-    if not trainer.dist.is_main:  # under torchrun rank 0 alone writes, as it writes final/ and results.json
-        places = []
     if places and cfg.dataset == "synthetic_2d":
         made = plot_case_study(model, data, places[0], seed)
     elif places:
@@ -423,7 +425,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
             target = place / path.name if cfg.dataset == "synthetic_2d" else place
             with atomic_path(target) as tmp:
                 shutil.copyfile(path, tmp)
-    if out_dir is not None and trainer.dist.is_main:
+    if out_dir is not None:
         save_checkpoint(Path(out_dir) / "final", model, None, ckpt)  # the trained D and G (from_pretrained)
         write_json_atomic(Path(out_dir) / "results.json", figures)
     return figures
