@@ -143,3 +143,5 @@ def test_under_torchrun_the_complement_gan_is_refused_before_any_work(tmp_path, 
         run_recipe(RECIPES / "mnist_fm.yaml", TINY, out_dir=tmp_path / "out", progress=False)
     assert "run it as one process" in e.value.fix
     assert not (tmp_path / "out" / "last").exists()
+    with pytest.raises(ConfigError, match=r"PixelCNN\+\+ training does not run under torchrun"):
+        run_recipe(RECIPES / "pixelcnn_mnist.yaml", {"steps": 1}, out_dir=tmp_path / "pix", progress=False)

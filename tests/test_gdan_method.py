@@ -267,3 +267,20 @@ def test_train_flags_on_a_recipe_keep_model_selection_on_dev():
     for name in ("sl", "gdan", "sl_bert", "sl_xlnet", "gdan_xlnet"):
         _, cfg = load_recipe(ROOT / f"recipes/gdan/{name}.yaml", {"train.eval_every": 7})
         assert (cfg.train.eval_every, cfg.train.keep_best, cfg.train.early_stop_metric) == (7, True, "dev_f1"), name
+
+
+@pytest.mark.parametrize("setting", ["gen", "gdan"])
+def test_a_generator_setting_under_torchrun_is_refused_before_any_work(setting, tmp_path, monkeypatch):
+    """Several processes (torchrun sets WORLD_SIZE): one clear error before the data are read, not an
+    AttributeError on the DDP wrapper; SL and Context (D alone) are not refused."""
+    from genfeat.errors import ConfigError
+    from genfeat.methods.gdan import run
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path / "nothing"))   # the data are never reached
+    with pytest.raises(ConfigError, match=f"GDAN's {setting} setting does not run under torchrun") as e:
+        run(_gcfg(setting), seed=0, out_dir=tmp_path / "out")
+    assert "run it as one process" in e.value.fix
+    with pytest.raises(Exception) as e:
+        run(_cfg("sl"), seed=0, out_dir=tmp_path / "sl")
+    assert "torchrun" not in str(e.value)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..errors import ConfigError
+
 
 @dataclass
 class DistInfo:
@@ -25,6 +27,14 @@ class DistInfo:
     @property
     def enabled(self) -> bool:
         return self.world > 1
+
+
+def refuse_several_processes(what: str, why: str) -> None:
+    """Refuse, with one clear error before any work, to run ``what`` under torchrun (several processes, WORLD_SIZE
+    > 1), where it would fail on the DDP wrapper or train wrongly: ``why`` says which."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(f"{what} does not run under torchrun (several processes): {why}",
+                          "run it as one process (genfeat run, no torchrun); --train.device cuda puts it on one GPU")
 
 
 def init_distributed(device: torch.device) -> DistInfo:

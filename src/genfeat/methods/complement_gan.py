@@ -20,7 +20,6 @@ CPU, where the figures (numpy, PNGs) are made.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import resume_dir, save_checkpoint
+from ..framework.distributed import refuse_several_processes
 from ..framework.schedule import OptimSpec, Term, alternating
 from ..framework.stream import TensorStream
 from ..framework.trainer import resolve_device
@@ -377,11 +377,8 @@ def reference_log_probs(cfg: ComplementGANRecipe, data: ImageSplits, density: Pi
 @register_method("complement_gan", ComplementGANRecipe)
 def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("the complement GAN does not run under torchrun (several processes): its objectives draw "
-                          "G's samples outside the model's forward, where DistributedDataParallel does not average "
-                          "gradients", "run it as one process (genfeat run, no torchrun); --train.device cuda puts "
-                          "it on one GPU")
+    refuse_several_processes("the complement GAN", "its objectives draw G's samples outside the model's forward, "
+                             "where DistributedDataParallel would not average G's gradients")
     data = load_splits(cfg, seed)
     density = epsilon = None
     if cfg.density_checkpoint:
@@ -466,6 +463,8 @@ def run_pixelcnn(cfg: PixelCNNRecipe, *, seed: int, out_dir: Path | None, progre
     from ..data.images import load_images
     from ..framework.schedule import one_phase
 
+    refuse_several_processes("PixelCNN++ training", "its objective scores the images with the model's log_prob, "
+                             "outside the forward that DistributedDataParallel wraps")
     train, test = load_images(cfg.dataset, "train"), load_images(cfg.dataset, "test")
     if tuple(train.images.shape[1:]) != tuple(cfg.model.image_shape):
         raise ConfigError(f"model.image_shape {tuple(cfg.model.image_shape)} does not fit {cfg.dataset} "

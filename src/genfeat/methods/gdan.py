@@ -82,6 +82,7 @@ from ..errors import CheckpointError, ConfigError, DataError
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import read_config, resume_dir, save_checkpoint
+from ..framework.distributed import refuse_several_processes
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoint
 from ..io import write_json_atomic
@@ -444,6 +445,9 @@ def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int, resume
 @register_method("gdan", GDANRecipe)
 def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
+    if cfg.setting in GENERATOR_SETTINGS:
+        refuse_several_processes(f"GDAN's {cfg.setting} setting", "its objectives reach D and G inside the model "
+                                 "container, past the forward that DistributedDataParallel wraps")
     data = load_gdan_data(cfg.data, seed)
     vocab = build_vocab(data, cfg.min_freq)
     model, pretrain, phase, n_unl, collate, d_vocab = build(cfg, data, vocab, seed, resume)
