@@ -220,3 +220,23 @@ def test_an_os_error_on_a_path_is_one_error_line(tmp_path, monkeypatch, capsys, 
     with pytest.raises(type(error)):
         cli.main(["export", "--checkpoint", "c", "--out", str(tmp_path / "x"), "--debug"])
 
+
+
+@pytest.mark.parametrize("recipe, what", [
+    ("recipes/complement_gan/mnist_fm.yaml", "the complement GAN"),
+    ("recipes/complement_gan/pixelcnn_mnist.yaml", "PixelCNN++ training"),
+    ("recipes/gdan/gdan.yaml", "GDAN's gdan setting"),
+    ("recipes/planetoid/cora_t.yaml", "Planetoid"),
+    ("recipes/planetoid/citeseer_feat.yaml", "the graph baseline 'feat'"),
+])
+def test_a_method_that_runs_in_one_process_refuses_torchrun_with_one_line(recipe, what, tmp_path):
+    """WORLD_SIZE > 1 (torchrun's processes): one error line before any work, not the DDP wrapper's traceback
+    (each of these failed so under ``torchrun --nproc_per_node 2``)."""
+    import os
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "genfeat.cli", "run", recipe, "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WORLD_SIZE": "2", "GENFEAT_DATA": str(tmp_path / "no_data")})
+    assert_one_line_error(proc, f"{what} does not run under torchrun", "run it as one process")
+    assert not (out / "last").exists() and not (out / "results.json").exists()

@@ -134,14 +134,3 @@ def test_an_output_the_dataset_does_not_draw_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="samples_png is a grid of generated images"):
         run_recipe(RECIPES / "synthetic_2d.yaml", {"steps": 1, "samples_png": str(tmp_path / "x.png")},
                    out_dir=tmp_path / "b", progress=False)
-
-
-def test_under_torchrun_the_complement_gan_is_refused_before_any_work(tmp_path, monkeypatch):
-    """Several processes (torchrun sets WORLD_SIZE): one clear error, not a DDP wrapper without ``generate``."""
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match="the complement GAN does not run under torchrun") as e:
-        run_recipe(RECIPES / "mnist_fm.yaml", TINY, out_dir=tmp_path / "out", progress=False)
-    assert "run it as one process" in e.value.fix
-    assert not (tmp_path / "out" / "last").exists()
-    with pytest.raises(ConfigError, match=r"PixelCNN\+\+ training does not run under torchrun"):
-        run_recipe(RECIPES / "pixelcnn_mnist.yaml", {"steps": 1}, out_dir=tmp_path / "pix", progress=False)

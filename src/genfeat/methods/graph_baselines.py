@@ -35,6 +35,7 @@ import torch
 from ..config import Config
 from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase
+from ..framework.distributed import refuse_several_processes
 from ..framework.stream import TensorStream
 from ..io import write_json_atomic
 from ..models.node_classifier import GCN, HiddenLayerClassifier, SoftmaxRegression
@@ -150,6 +151,8 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
         resume: bool = False) -> dict[str, float]:
     from ..data.graph import load_planetoid
 
+    refuse_several_processes(f"the graph baseline '{cfg.baseline}'", "it trains on the whole graph in every step, "
+                             "which one process holds (DistributedDataParallel cannot broadcast its sparse adjacency)")
     if resume:
         raise ConfigError(f"the graph baseline '{cfg.baseline}' keeps no checkpoint (a run takes seconds), so there "
                           "is nothing to --resume", "run it again without --resume")

@@ -22,6 +22,7 @@ import torch
 from ..config import Config
 from ..errors import CheckpointError, ConfigError
 from ..framework.checkpoint import load_trainer_state, resume_dir
+from ..framework.distributed import refuse_several_processes
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
@@ -257,6 +258,8 @@ def _resume_points(out_dir: Path, has_init: bool) -> tuple[Path | None, Path | N
 @register_method("planetoid", PlanetoidRecipe)
 def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
+    refuse_several_processes("Planetoid", "its graph-context objective calls the model's context scorers outside "
+                             "the forward that DistributedDataParallel wraps, and a graph this size fits one process")
     if resume and out_dir is None:
         raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
     g, model, labels, init, train = build(cfg, seed)
