@@ -228,6 +228,7 @@ def test_an_os_error_on_a_path_is_one_error_line(tmp_path, monkeypatch, capsys, 
     ("recipes/gdan/gdan.yaml", "GDAN's gdan setting"),
     ("recipes/planetoid/cora_t.yaml", "Planetoid"),
     ("recipes/planetoid/citeseer_feat.yaml", "the graph baseline 'feat'"),
+    ("recipes/word2vec/debug.yaml", "word2vec"),
 ])
 def test_a_method_that_runs_in_one_process_refuses_torchrun_with_one_line(recipe, what, tmp_path):
     """WORLD_SIZE > 1 (torchrun's processes): one error line before any work, not the DDP wrapper's traceback

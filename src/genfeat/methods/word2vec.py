@@ -28,6 +28,7 @@ import torch
 
 from ..config import Config, to_dict
 from ..errors import ConfigError, DataError, GenfeatError
+from ..framework.distributed import refuse_several_processes
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.trainer import TrainConfig, Trainer, TrainResult
@@ -354,9 +355,6 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
     from ..models.word2vec import Word2Vec
     from ..objectives.word2vec import WindowSampler
 
-    if cfg.workers > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(f"word2vec with workers {cfg.workers} under torchrun: its worker processes are its own "
-                          "parallelism", "run word2vec as one process (no torchrun)")
     if cfg.workers > 1 and resume_from is not None:
         raise ConfigError(f"a word2vec run with workers {cfg.workers} cannot be resumed (its Hogwild workers keep "
                           "no joint state)", "start the run again without --resume, or train with workers 1")
@@ -428,6 +426,8 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     from ..hub import VOCAB_FILE
     from ..models.word2vec import save_word2vec_format
 
+    refuse_several_processes("word2vec", "its parallelism is its own Hogwild worker processes (workers), and its "
+                             "window sampler draws every window in one process")
     if resume and out_dir is None:
         raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
     t0 = time.time()
