@@ -1,5 +1,6 @@
 """Bad input ends in one clear error line and a non-zero exit, never a traceback."""
 
+import os
 import re
 import subprocess
 import sys
@@ -221,7 +222,6 @@ def test_an_os_error_on_a_path_is_one_error_line(tmp_path, monkeypatch, capsys, 
         cli.main(["export", "--checkpoint", "c", "--out", str(tmp_path / "x"), "--debug"])
 
 
-
 @pytest.mark.parametrize("recipe, what", [
     ("recipes/complement_gan/mnist_fm.yaml", "the complement GAN"),
     ("recipes/complement_gan/pixelcnn_mnist.yaml", "PixelCNN++ training"),
@@ -233,8 +233,6 @@ def test_an_os_error_on_a_path_is_one_error_line(tmp_path, monkeypatch, capsys, 
 def test_a_method_that_runs_in_one_process_refuses_torchrun_with_one_line(recipe, what, tmp_path):
     """WORLD_SIZE > 1 (torchrun's processes): one error line before any work, not the DDP wrapper's traceback
     (each of these failed so under ``torchrun --nproc_per_node 2``)."""
-    import os
-
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "genfeat.cli", "run", recipe, "--out", str(out), "--no-progress"],
                           capture_output=True, text=True, timeout=120,
