@@ -22,6 +22,11 @@ Loss: on the first batch, fp32, same weights, no memory, the mean loss over the 
 Last stdout line: JSON with speedup, memory_ratio, loss_abs_diff, speedup_bound_matmul_only and
 the raw figures. ``--rounds`` / ``--round-steps`` shorten the timing (on a loaded machine) and
 ``--no-memory`` skips the probes (memory figures null).
+
+On CUDA (``--device cuda``) the steps are timed between device synchronisations, ten times as many per
+round, and peak memory is the CUDA allocator's peak during each side's timed steps minus what it held
+before them (both in this process, as txl_train_vs_hf.py does). ``--precision bf16`` runs both sides'
+forward passes under bf16 autocast; the loss comparison stays fp32.
 """
 
 from __future__ import annotations
@@ -154,6 +159,7 @@ def memory_probe(which: str, precision: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--memory-probe", choices=["hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved timing rounds")
     parser.add_argument("--round-steps", type=int, default=ROUND_STEPS, help="steps of each side per round")
@@ -164,31 +170,44 @@ def main() -> None:
     if args.memory_probe:
         memory_probe(args.memory_probe, args.precision)
         return
-    from genfeat.framework.cpu import keep_freed_memory
+    cuda = args.device == "cuda"
+    if cuda:
+        round_steps *= 10
+    else:
+        from genfeat.framework.cpu import keep_freed_memory
 
-    keep_freed_memory()
+        keep_freed_memory()
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         hf, ours = build(Path(tmp))
-    data = batches(WARMUP + rounds * round_steps)
+    hf, ours = hf.to(args.device), ours.to(args.device)
+    data = batches(WARMUP + rounds * round_steps, args.device)
     diff = loss_diff(hf, ours, *data[0])
     # the genfeat variants share one model, optimizer and memory; each timed chunk switches the options
     sides = {"hf": Side("hf", hf, args.precision), "genfeat": Side("genfeat", ours, args.precision)}
     sides["genfeat-storeff"] = sides["genfeat-ckpt"] = sides["genfeat"]
+    peaks: dict[str, int] = {}
 
     def timed(name: str, chunk) -> float:
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
         if name != "hf":
             use_variant(ours, name)
         t0 = time.perf_counter()
         for x, inputs in chunk:
             sides[name].step(x, inputs)
+        if cuda:
+            torch.cuda.synchronize()
+            peaks[name] = max(peaks.get(name, 0), (torch.cuda.max_memory_allocated() - held) // 1024)
         return len(chunk) * B * T / (time.perf_counter() - t0)
 
     for side in (sides["hf"], sides["genfeat"]):
         for x, inputs in data[:WARMUP]:
             side.step(x, inputs)
     recorded = {name: record_matmuls(sides[name], *data[WARMUP - 1]) for name in ("hf", "genfeat")}
-    matmul_ms = without_broadcast(recorded["genfeat"]).replay_ms("cpu")
+    matmul_ms = without_broadcast(recorded["genfeat"]).replay_ms(args.device)
     names = ["hf", "genfeat", "genfeat-storeff"]
     rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
@@ -199,8 +218,7 @@ def main() -> None:
                   for r in range(min(2, rounds))]
     # glibc's dynamic mmap threshold would make the peak resident size measure allocator history
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    peaks = {}
-    for name in () if args.no_memory else ("hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"):
+    for name in () if args.no_memory or cuda else ("hf", "genfeat", "genfeat-storeff", "genfeat-ckpt"):
         proc = subprocess.run([sys.executable, __file__, "--memory-probe", name, "--precision", args.precision],
                               capture_output=True, text=True, check=True, env=env)
         peaks[name] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_kb"]
@@ -222,7 +240,8 @@ def main() -> None:
         "hf_matmul_mflop_per_token": recorded["hf"].flops() / (B * T) / 1e6,
         "genfeat_matmul_ms_per_step": matmul_ms, "genfeat_step_ms": B * T / ours_tps * 1000,
         "hf_step_ms": B * T / hf_tps * 1000, "rounds": rounds, "steps_per_round": round_steps,
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "precision": args.precision}))
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "device": args.device,
+        "precision": args.precision, **({"gpu": torch.cuda.get_device_name()} if cuda else {})}))
 
 
 if __name__ == "__main__":

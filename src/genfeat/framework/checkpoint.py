@@ -64,6 +64,25 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class _Unshared(nn.Module):
+    """``module`` as safetensors' ``save_model`` / ``load_model`` see it: each tensor that is a view into a
+    larger buffer is given as a copy. On the GPU cuDNN keeps an RNN's weights as views of one flat buffer
+    (``nn.RNNBase.flatten_parameters``: ELMo's biLSTMs, GDAN's GRUs), which safetensors refuses to write as
+    memory shared without a tensor covering it. Tied weights (one whole tensor under two names) stay shared,
+    so they are still written once and tied again on load."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.inner = [module]            # in a list: not a submodule, so no prefix on its names
+
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        return {k: v.clone() if v.untyped_storage().nbytes() > v.numel() * v.element_size() else v
+                for k, v in self.inner[0].state_dict(*args, **kwargs).items()}
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self.inner[0].load_state_dict(state_dict, strict=strict, assign=assign)
+
+
 def save_checkpoint(path: str | Path, model: nn.Module, trainer_state: dict[str, Any] | None = None,
                     config: dict[str, Any] | None = None,
                     extra: Callable[[Path], None] | None = None,
@@ -81,7 +100,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, trainer_state: dict[str,
     """
     path = Path(path)
     with atomic_dir(path) as tmp:
-        save_model(model, str(tmp / MODEL_FILE))
+        save_model(_Unshared(model), str(tmp / MODEL_FILE))
         if best_state is not None:
             save_file(best_state, str(tmp / BEST_STATE_FILE))
         if config is not None:
@@ -188,7 +207,7 @@ def load_weights(path: str | Path, model: nn.Module, config: dict[str, Any] | No
     current = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     resized = sorted(k for k in saved.keys() & current.keys() if saved[k] != current[k])
     # A shape mismatch is found before loading: torch would copy the matching tensors and then raise.
-    missing, unexpected = ([], []) if resized else load_model(model, str(file), strict=False)
+    missing, unexpected = ([], []) if resized else load_model(_Unshared(model), str(file), strict=False)
     if not (resized or missing or unexpected):
         return
     found = _config_differences(path, config)

@@ -136,7 +136,10 @@ class QuestionGenReinforce(Objective):
             with torch.no_grad():
                 rewards = self.reward(batch, questions).float()
             mask = question_mask(questions, cfg.eos_id)
-            out = g(*batch.model_inputs(), shift_right(questions, cfg.bos_id))
+            # the log-probabilities of the policy that sampled (no dropout), with gradients: cuDNN's RNN
+            # refuses a backward in evaluation mode, PyTorch's own kernels compute the same function
+            with torch.backends.cudnn.flags(enabled=False):
+                out = g(*batch.model_inputs(), shift_right(questions, cfg.bos_id))
             log_p = (out.target_log_probs(questions) * mask).sum(1)  # [b] log p_G(q | p, a)
         finally:
             g.train(was_training)
