@@ -118,6 +118,26 @@ def test_bad_inputs_name_the_argument():
         XLNetConfig(reuse_len=0)
 
 
+def test_a_mixing_target_mapping_and_hugging_face_shaped_mems_are_refused():
+    # both would otherwise run: a soft mapping read at its argmax, [m, b, d] memory with m = b read as batch-first
+    net = model(mem_len=4)
+    x = torch.randint(0, V, (4, 5))
+    mems = net(x).mems
+    soft = one_hot_targets([[1, 2]] * 4, 5) * 0.5
+    with pytest.raises(ValueError, match="one-hot at the predicted position"):
+        net(x, target_mapping=soft)
+    with pytest.raises(ValueError, match="one-hot"):
+        net(x, target_mapping=one_hot_targets([[1, 2]] * 4, 5) + one_hot_targets([[3, 3]] * 4, 5))
+    padded = one_hot_targets([[1, 2]] * 4, 5)
+    padded[:, 1] = 0                                             # an all-zero row pads
+    assert net(x, target_mapping=padded).logits.shape == (4, 2, V)
+    with pytest.raises(ValueError, match=r"mems must be 2 tensors \[b, m, d\].*transpose"):
+        net(x, mems=[mem.permute(1, 0, 2)[:3] for mem in mems])  # HF's [m, b, d] with m != b
+    with pytest.raises(ValueError, match="mems must be 2 tensors"):
+        net(x, mems=mems[:1])
+    assert net(x, mems=mems).logits.shape == (4, 5, V)
+
+
 def test_attention_at_chosen_query_rows_matches_the_full_rows_with_gradients():
     """nn.attention's query_pos (gather/scatter of distances) against the same queries placed at
     every position (the strided relative shift), values and all gradients, with memory."""

@@ -116,3 +116,24 @@ def test_a_model_without_reuse_len_keeps_the_streams_reuse_in_memory(tmp_path):
     run_recipe(tmp_path / "r.yaml", overrides={"steps": 1, "data.valid_batches": 1, "train.eval_every": 0},
                out_dir=tmp_path / "run", progress=False)
     assert genfeat.from_pretrained(tmp_path / "run" / "final").config.reuse_len == 32 // 2
+
+
+def test_a_wordpiece_tokenizer_for_xlnet_is_one_config_error(tmp_path):
+    from genfeat.data.tokenizers import TokenizerConfig, train_tokenizer
+    from genfeat.errors import ConfigError
+
+    corpus = Path(os.environ["GENFEAT_DATA"]) / "wikitext-2" / "wiki.valid.tokens"
+    train_tokenizer(TokenizerConfig("wordpiece", 300, lowercase=True), corpus, tmp_path / "wp")
+    with pytest.raises(ConfigError, match=r"tokenizer '.*wp' has no .*token") as err:   # [CLS]/[SEP] differ by name
+        run_recipe(DEBUG, {"data.tokenizer": str(tmp_path / "wp"), "steps": 1}, out_dir=tmp_path / "run", progress=False)
+    assert "genfeat tokenizer train --kind sentencepiece" in err.value.fix
+
+
+def test_a_hugging_face_directory_of_an_unsupported_type_is_one_error(tmp_path):
+    from genfeat.errors import CheckpointError
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]}))
+    with pytest.raises(CheckpointError, match=r"neither a genfeat architecture nor a supported Hugging Face "
+                                              r"model_type \(got 'roberta'\)") as err:
+        load_checkpoint(tmp_path)
+    assert "xlnet" in str(err.value) and "bert" in str(err.value)   # the supported types are named

@@ -455,9 +455,9 @@ def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowerca
     a run that has no OUT/tokenizer: that one is compared with the checkpoint's vocabulary before anything
     is written into OUT).
 
-    Under torchrun only rank 0 trains (WordPiece training breaks ties in a per-process order, so two
-    ranks could disagree); the others wait for it and read OUT/tokenizer. This joins the process
-    group early, with the backend of ``train_device`` (the recipe's train.device).
+    Under torchrun only rank 0 trains (training is deterministic, but one writer of OUT/tokenizer spares the
+    other ranks the work and any race on the folder); the others wait for it and read OUT/tokenizer. This joins
+    the process group early, with the backend of ``train_device`` (the recipe's train.device).
     """
     from ..framework.distributed import init_distributed
     from ..framework.trainer import resolve_device

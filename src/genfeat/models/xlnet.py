@@ -296,6 +296,18 @@ class XLNetLMHeadModel(nn.Module):
             raise ValueError(f"masked_positions must be a bool tensor of shape {(b, t)} without target_mapping, got "
                              f"{masked_positions.dtype} {tuple(masked_positions.shape)}"
                              + (" with target_mapping" if target_mapping is not None else ""))
+        if target_mapping is not None:
+            tm = target_mapping.float()
+            # the query rows are gathered at each row's one position, not mixed as a product with HF's would
+            if bool(((tm != 0) & (tm != 1)).any() | (tm.sum(-1) > 1).any()):
+                raise ValueError("target_mapping rows must be one-hot at the predicted position (or all zero for a "
+                                 "padding row): genfeat reads each row's one position, it does not mix positions")
+        if mems:
+            want = (b, mems[0].shape[1], cfg.d_model)
+            if len(mems) != cfg.n_layer or any(tuple(mem.shape) != want for mem in mems):
+                raise ValueError(f"mems must be {cfg.n_layer} tensors [b, m, d] = {list(want)} (batch first), got "
+                                 f"{len(mems)} of shapes {[list(mem.shape) for mem in mems][:2]}...: Hugging Face's "
+                                 "XLNet mems are [m, b, d]; pass [mem.transpose(0, 1) for mem in mems]")
         m = mems[0].shape[1] if mems else 0
         klen = m + t
         x = self.drop(self.word_emb(input_ids))                                             # [b, t, d]
