@@ -1,4 +1,4 @@
-"""torchrun / DDP set-up: gloo on CPU, nccl on CUDA."""
+"""torchrun / DDP set-up: gloo on CPU; on CUDA nccl for CUDA tensors and gloo for CPU ones."""
 
 from __future__ import annotations
 
@@ -44,8 +44,12 @@ def init_distributed(device: torch.device) -> DistInfo:
         return DistInfo()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        torch.cuda.set_device(local_rank)    # nccl's own collectives (barrier) then use this rank's GPU, not GPU 0
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        # on GPUs the small CPU tensors of all_reduce_sum (loss sums, counts) go through gloo: nccl reduces
+        # CUDA tensors only
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
     return DistInfo(rank=rank, world=world, local_rank=local_rank)
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import Config
+from ..framework.distributed import all_reduce_sum
 from ..framework.objective import LossOutput, RecurrentObjective
 
 
@@ -184,8 +185,11 @@ class MaskedLMObjective(RecurrentObjective):
 
     Returns LossOutput(sum over chosen tokens of -log p, number of chosen tokens, logs) with logs
     ``correct`` (chosen tokens predicted right). With ``nsp`` the NSP loss enters the sum scaled
-    by n / b (n chosen tokens, b sequences), so the mean is BERT's mean MLM loss + mean NSP loss,
-    and the logs ``nsp_loss`` and ``nsp_correct`` are scaled alike (reported per sequence).
+    by N / B (N chosen tokens, B sequences, both summed over the ranks under torchrun:
+    :func:`next_sentence_term`), so the mean is BERT's mean MLM loss + mean NSP loss and a torchrun
+    run steps as one process with the same global batch; the logs ``nsp_loss`` and ``nsp_correct``
+    are scaled alike (reported per sequence). With ``grad_accum`` > 1 the step's NSP loss is the
+    micro-batches' mean NSP losses weighted by their chosen tokens.
     """
 
     name = "mlm"
@@ -232,13 +236,19 @@ class MaskedLMObjective(RecurrentObjective):
 
 
 def next_sentence_term(nsp_logits: Tensor, labels: Tensor, n: int, logs: dict[str, float]) -> Tensor:
-    """The NSP cross-entropy summed over the b sequences and scaled by n / b, so that divided by the
-    n LM items it is the mean NSP loss; adds ``nsp_loss`` and ``nsp_correct`` (scaled alike) to ``logs``.
+    """The NSP cross-entropy summed over the b sequences and scaled by N / B, where N and B are the
+    LM items (``n`` here) and sequences summed over the ranks of an initialised process group (one
+    process: n / b), so that divided by the N LM items of all ranks it is the mean NSP loss of the
+    global batch; adds ``nsp_loss`` and ``nsp_correct`` (scaled alike) to ``logs``. Every rank of a
+    torchrun run must call it together (an all-reduce).
 
     Shapes: nsp_logits [b, 2], labels [b] (0: B follows A) -> scalar.
     """
     nsp = nsp_logits.float()
-    scale = n / nsp.shape[0]
+    # one scale on every rank: a rank's own n / b weighs its sequences differently from the other ranks'
+    # whenever the LM items per sequence differ (whole-word masking), so the step would not be one process's
+    items, sequences = all_reduce_sum([float(n), float(nsp.shape[0])])
+    scale = items / sequences
     nsp_sum = F.cross_entropy(nsp, labels, reduction="sum")
     logs.update(nsp_loss=float(nsp_sum.detach()) * scale, nsp_correct=float((nsp.argmax(-1) == labels).sum()) * scale)
     return scale * nsp_sum
