@@ -13,8 +13,10 @@ process group: straight through into OUT/full, and in two invocations (``--train
 half the steps, then ``--resume``) into OUT/chunked.
 
 ``ddp_worker.py OUT --aux-lm BACKBONE`` takes one backward pass of GPT-1's L3 (λ = 0.5) on a tiny fine-tuning
-model of BACKBONE wrapped as the trainer wraps it (DistributedDataParallel, find_unused_parameters), every rank
-on the same batch, and writes OUT/rank{r}.pt with the gradients.
+model of BACKBONE wrapped as the trainer wraps it (DistributedDataParallel, find_unused_parameters), rank r on
+example r of two (one process: on both), the loss sum divided as the Trainer divides it (by the global number of
+examples, times the world size that DDP's gradient average divides by), and writes OUT/rank{r}.pt with the
+gradients.
 """
 
 import json
@@ -82,16 +84,21 @@ def aux_lm(out: Path, args: list[str]) -> int:
 
     from genfeat.objectives.task import TaskObjective
 
-    from test_finetune_heads import _task_batch, make
+    from genfeat.framework.distributed import all_reduce_sum
+    from genfeat.tasks.transforms import collate
+    from test_finetune_heads import _task_items, fmt_of, make
 
     model = make(args[0]).train()
-    batch = _task_batch(model, "classification")
-    rank = 0
+    items, fmt = _task_items(model, "classification"), fmt_of(model)
+    rank, world = 0, 1
     if "RANK" in os.environ:
         dist.init_process_group("gloo")
-        rank = dist.get_rank()
+        rank, world = dist.get_rank(), dist.get_world_size()
+        items = items[rank::world]
         model = DistributedDataParallel(model, find_unused_parameters=True)
-    TaskObjective("classification", 0.5)(model, batch).mean.backward()
+    loss = TaskObjective("classification", 0.5)(model, collate(items, fmt))
+    (examples,) = all_reduce_sum([float(loss.count)])
+    (loss.loss_sum * world / examples).backward()
     grads = {k: p.grad for k, p in getattr(model, "module", model).named_parameters() if p.grad is not None}
     torch.save({"params": grads, "losses": []}, out / f"rank{rank}.pt")
     del model  # the DDP reducer goes before the group (see leave_distributed)

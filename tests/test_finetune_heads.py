@@ -201,17 +201,20 @@ def test_auxiliary_lm_scores_real_next_tokens_only():
         TaskObjective("classification", 0.5)(make("bert"), collate([encoded(FORMATS["bert"], [[A]], 0)], FORMATS["bert"]))
 
 
-def _task_batch(model: FineTuneModel, kind: str):
+def _task_items(model: FineTuneModel, kind: str) -> list[Encoded]:
     """Two examples of ``kind`` with k = 1 (single text), 2 (similarity, both orders) or 3 (choices)
     sequences each, of unequal lengths so that some sequences are padded."""
     fmt = fmt_of(model)
     if kind == "classification":
-        items = [encoded(fmt, [[A]], 0), encoded(fmt, [[C, B]], 2)]
-    elif kind == "regression":
-        items = [encoded(fmt, [[A, B], [B, A]], 0.5), encoded(fmt, [[C, A], [A, C]], 3.0)]
-    else:
-        items = [encoded(fmt, [[A, B], [A, C], [A, [5]]], 1), encoded(fmt, [[B, A], [B, C], [B, [6, 7]]], 2)]
-    return collate(items, fmt)
+        return [encoded(fmt, [[A]], 0), encoded(fmt, [[C, B]], 2)]
+    if kind == "regression":
+        return [encoded(fmt, [[A, B], [B, A]], 0.5), encoded(fmt, [[C, A], [A, C]], 3.0)]
+    return [encoded(fmt, [[A, B], [A, C], [A, [5]]], 1), encoded(fmt, [[B, A], [B, C], [B, [6, 7]]], 2)]
+
+
+def _task_batch(model: FineTuneModel, kind: str):
+    """:func:`_task_items` as one batch."""
+    return collate(_task_items(model, kind), fmt_of(model))
 
 
 def _old_l3(model: FineTuneModel, kind: str, batch, weight: float) -> torch.Tensor:
@@ -363,8 +366,9 @@ def test_packed_summary_positions():
 @pytest.mark.parametrize("backbone", ["gpt", "transformer_xl"])
 def test_auxiliary_lm_under_distributed_data_parallel(backbone, tmp_path):
     """L1 runs inside the model's forward pass, so DDP sees every LM-head parameter used (Transformer-XL's untied
-    output layer crashed DDP's backward when L1 was computed outside it): 2 gloo processes on the same batch give
-    the one-process gradients."""
+    output layer crashed DDP's backward when L1 was computed outside it), and its tokens are counted over the
+    ranks: 2 gloo processes, one example each (with unequal numbers of tokens), give the gradients of one process
+    on both (with each rank's own examples / tokens ratio they did not)."""
     from torchrun_launch import launch_worker
 
     worker = pathlib.Path(__file__).with_name("ddp_worker.py")

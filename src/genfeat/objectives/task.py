@@ -25,6 +25,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import nn
 
+from ..framework.distributed import all_reduce_sum
 from ..framework.objective import LossOutput, Objective
 from ..models.heads import HeadKind, TaskOutput
 from .classification import ClassificationObjective
@@ -54,8 +55,10 @@ class TaskObjective(Objective):
         L2's LossOutput over the examples; with λ > 0 one whose mean is L2 + λ·L1, L2 per example and L1
         per token of the batch (L1's sum enters scaled by examples / tokens), with ``parts`` ``task``
         (L2 and its logs) and ``lm`` (L1 over its tokens), logged as the two terms of a joint schedule
-        were. The mean is exactly L3 on one batch; with ``grad_accum`` > 1 or several processes L1 is
-        each micro-batch's per-token mean weighted by its examples, not a mean over all the step's tokens.
+        were. Examples and tokens are counted over the ranks of an initialised process group (every rank
+        calls it together: an all-reduce), so the mean is exactly L3 of the global batch, under torchrun
+        too; with ``grad_accum`` > 1 L1 is each micro-batch's per-token mean weighted by its examples, not
+        a mean over all the step's tokens.
     Logs:
         ``correct`` (classification, multiple choice), ``squared_error`` (regression),
         ``start_correct`` (span: argmax of the start scores at the gold start).
@@ -77,7 +80,9 @@ class TaskObjective(Objective):
         if not self.aux_lm_weight:
             return task
         lm = LossOutput(-out.lm_log_probs.sum(), out.lm_log_probs.numel())
-        scale = self.aux_lm_weight * float(task.count) / max(float(lm.count), 1.0)
+        # examples and tokens of the global batch: a rank's own ratio would weigh its tokens unlike one process's
+        examples, tokens = all_reduce_sum([float(task.count), float(lm.count)])
+        scale = self.aux_lm_weight * examples / max(tokens, 1.0)
         return LossOutput(task.loss_sum + scale * lm.loss_sum, task.count, parts={"task": task, "lm": lm})
 
     def _task_loss(self, out: TaskOutput, batch: Mapping[str, Any]) -> LossOutput:
