@@ -1,0 +1,280 @@
+"""Thesis Table 2.19 (downstream) and GPT-1 Table 5 as one grid of runs, for a machine with a GPU.
+
+Two sub-commands:
+
+    python scripts/table219_grid.py export-text DIR
+        (here, where GENFEAT_DATA holds imdb/) writes the pretraining text of every pretraining recipe of the
+        grid, the first 10,000 documents of imdb:train and the first 100 of imdb:valid, as two text files
+        (one sentence per line, a blank line after each document), which ``genfeat`` reads back as the same
+        documents (checked here as they are written). A machine that cannot hold the 28 MB archive gets 13 MB
+        of text instead (gzip them to carry them).
+
+    python scripts/table219_grid.py run --runs RUNS --out OUT [--text DIR] [--workers N] [--seeds 0 1 2]
+                                        [--deadline SECONDS] [--smoke]
+        runs every job of the grid as its own ``python -m genfeat.cli run`` process, ``--workers`` at a time
+        (they share the GPU: these model sizes leave it idle most of each step), a job starting once the
+        pretraining it fine-tunes has finished: the 10 pretraining recipes (recipes/xlnet/{pretrain_k6,
+        pretrain_k7, no_memory, no_span, no_bidir, nsp, dae_txl}, recipes/bert/pretrain, recipes/gpt/{pretrain,
+        pretrain_lstm}), then per seed the Table 2.19 cells (9 inits x SST-2, MRPC, STS-B, CoLA, RTE, RACE, the
+        SQuAD article split: recipes/finetune/TASK_{xlnet,bert,nopretrain}.yaml, the XLNet recipe with
+        ``--init`` for each XLNet / DAE row; RACE after every seed's other cells) and the GPT-1 Table 5 cells
+        (Transformer with and without the auxiliary LM, the LSTM, no pretraining x SST-2, MRPC, STS-B, RTE);
+        ``--fig2-steps N`` adds GPT-1's and the LSTM's pretraining recipes run for N steps (zero-shot SST-2
+        evaluated every N/20), right after the pretraining. Each finished job appends one line
+        to OUT/results.jsonl at once (name, command, exit status, wall seconds and the run's ``--json``
+        result), so a run stopped at ``--deadline`` (jobs still running are killed, those not started are
+        listed as such) or by a timeout keeps what finished; a job whose output folder in RUNS holds a finished
+        run is not run again (a second call on the same RUNS goes on where the first stopped). ``--text DIR`` reads the pretraining text from
+        DIR's files of ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to
+        a few steps on a few examples: a check of the commands, not a result.
+
+    python scripts/table219_grid.py report OUT/results.jsonl [...]
+        prints the grid's tables in Markdown: per cell the median over the seeds that finished, their count and
+        each seed's figure; then the pretraining runs' held-out figures and every job's wall time.
+
+The recipes fix every budget (RESULTS.md, "Table 2.19 downstream"); the grid adds only the seed, ``--init``, the
+output folder and the text files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRETRAIN = {  # run name -> recipe
+    "pretrain_k6": "recipes/xlnet/pretrain_k6.yaml",
+    "pretrain_k7": "recipes/xlnet/pretrain_k7.yaml",
+    "no_memory": "recipes/xlnet/no_memory.yaml",
+    "no_span": "recipes/xlnet/no_span.yaml",
+    "no_bidir": "recipes/xlnet/no_bidir.yaml",
+    "nsp": "recipes/xlnet/nsp.yaml",
+    "dae_txl": "recipes/xlnet/dae_txl.yaml",
+    "bert_pretrain": "recipes/bert/pretrain.yaml",
+    "gpt_pretrain": "recipes/gpt/pretrain.yaml",
+    "pretrain_lstm": "recipes/gpt/pretrain_lstm.yaml",
+}
+# Table 2.19 rows: row name -> (fine-tuning recipe family, pretraining run or None)
+T219_ROWS = {"bert": ("bert", "bert_pretrain"), "dae_txl": ("xlnet", "dae_txl"), "xlnet_k6": ("xlnet", "pretrain_k6"),
+             "xlnet_k7": ("xlnet", "pretrain_k7"), "no_memory": ("xlnet", "no_memory"),
+             "no_span": ("xlnet", "no_span"), "no_bidir": ("xlnet", "no_bidir"), "nsp": ("xlnet", "nsp"),
+             "nopretrain": ("nopretrain", None)}
+T219_TASKS = ("squad", "sst2", "cola", "stsb", "mrpc", "rte")  # longest first within a seed; RACE after all seeds
+# GPT-1 Table 5 rows: row name -> (recipe suffix, pretraining run or None)
+T5_ROWS = {"gpt": ("gpt", "gpt_pretrain"), "gpt_noaux": ("gpt_noaux", "gpt_pretrain"),
+           "lstm": ("lstm", "pretrain_lstm"), "gpt_nopretrain": ("gpt_nopretrain", None)}
+T5_TASKS = ("sst2", "stsb", "mrpc", "rte")
+
+TEXT_FILES = {"train": ("imdb:train", 10_000, "imdb_train.txt"), "valid": ("imdb:valid", 100, "imdb_valid.txt")}
+
+SMOKE_PRETRAIN = ["--steps", "4", "--train.eval_every", "2", "--train.log_every", "2", "--data.max_documents", "200",
+                  "--data.valid_documents", "5", "--data.vocab_size", "600"]
+SMOKE_FINETUNE = ["--steps", "4", "--train.eval_every", "2", "--train.log_every", "2", "--data.max_train_examples", "64",
+                  "--data.max_eval_examples", "32"]
+
+
+@dataclass
+class Job:
+    name: str
+    argv: list[str]
+    out: str
+    needs: str | None = None
+    meta: dict = field(default_factory=dict)
+
+
+def export_text(out: Path) -> None:
+    """Writes TEXT_FILES into ``out`` and checks that genfeat reads them back as the same documents."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from genfeat.data.documents import read_documents
+
+    out.mkdir(parents=True, exist_ok=True)
+    for spec, count, name in TEXT_FILES.values():
+        docs = read_documents(spec, count)
+        tmp = out / (name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for doc in docs:
+                f.write("\n".join(doc) + "\n\n")
+        if read_documents(str(tmp)) != docs:
+            raise SystemExit(f"{spec}: the text file does not read back as the same documents")
+        tmp.replace(out / name)
+        print(f"{out / name}: {len(docs)} documents of {spec}")
+
+
+def _finetune(runs: Path, table: str, task: str, row: str, suffix: str, pre: str | None, seed: int) -> Job:
+    """The fine-tuning job of one cell: recipes/finetune/TASK_SUFFIX.yaml from pretraining run ``pre``."""
+    name = f"{table}_{task}_{row}_s{seed}"
+    argv = [f"recipes/finetune/{task}_{suffix}.yaml", *(["--init", str(runs / pre / "final")] if pre else [])]
+    return Job(name, argv, f"ft/{name}", pre, {"kind": table, "task": task, "row": row, "seed": seed})
+
+
+def jobs(runs: Path, text: Path | None, seeds: list[int], smoke: bool, fig2_steps: int = 0) -> list[Job]:
+    text_args = []
+    if text is not None:
+        text_args = ["--data.train_text", str(text / TEXT_FILES["train"][2]),
+                     "--data.valid_text", str(text / TEXT_FILES["valid"][2])]
+    out = [Job(f"pre_{name}", [recipe, "--seed", "0", "--out", str(runs / name), *text_args,
+                               *(SMOKE_PRETRAIN if smoke else [])], name, meta={"kind": "pretrain", "row": name})
+           for name, recipe in PRETRAIN.items()]
+    if fig2_steps:  # GPT-1 Fig. 2 (right) over a longer pretraining: the two recipes, evaluated 20 times
+        out += [Job(f"pre_fig2_{name}", [PRETRAIN[name], "--seed", "0", "--out", str(runs / f"fig2_{name}"), *text_args,
+                                         "--steps", str(fig2_steps), "--train.eval_every", str(max(1, fig2_steps // 20))],
+                    f"fig2_{name}", meta={"kind": "pretrain", "row": f"fig2_{name}"})
+                for name in ("gpt_pretrain", "pretrain_lstm")]
+    cells = [(seed, task) for seed in seeds for task in T219_TASKS] + [(seed, "race") for seed in seeds]
+    for seed, task in cells:
+        for row, (family, pre) in T219_ROWS.items():
+            out.append(_finetune(runs, "t219", task, row, family, pre, seed))
+        if task == T219_TASKS[-1]:  # the seed's GPT-1 Table 5 cells after its Table 2.19 cells but RACE
+            out += [_finetune(runs, "t5", t5_task, row, suffix, pre, seed)
+                    for t5_task in T5_TASKS for row, (suffix, pre) in T5_ROWS.items()]
+    for job in out:
+        if job.meta["kind"] != "pretrain":
+            job.argv += ["--seed", str(job.meta["seed"]), "--out", str(runs / job.out)]
+            if smoke:  # (a random init's tokenizer is trained on the few texts: a smaller vocabulary)
+                job.argv += SMOKE_FINETUNE + ([] if job.needs else ["--vocab_size", "400"])
+    return out
+
+
+def run_grid(args) -> int:
+    runs, out = Path(args.runs).resolve(), Path(args.out).resolve()
+    (runs / "logs").mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    pending = jobs(runs, Path(args.text).resolve() if args.text else None, args.seeds, args.smoke, args.fig2_steps)
+    if args.only:
+        pending = [j for j in pending if j.meta["kind"] == "pretrain" or any(o in j.name for o in args.only)]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    done: dict[str, int] = {}          # job name -> exit status
+    running: dict[str, tuple[Job, subprocess.Popen, float]] = {}
+    start = time.time()
+    results = open(out / "results.jsonl", "a", encoding="utf-8")
+
+    def record(job: Job, rc, wall: float, note: str = "") -> None:
+        result = None
+        stdout = runs / "logs" / f"{job.name}.out"
+        if rc == 0 and stdout.exists():
+            try:
+                result = json.loads(stdout.read_text())
+            except json.JSONDecodeError:
+                note = note or "stdout is not JSON"
+        err = runs / "logs" / f"{job.name}.err"
+        tail = err.read_text(errors="replace")[-600:] if rc not in (0, None) and err.exists() else ""
+        results.write(json.dumps({"name": job.name, **job.meta, "argv": job.argv, "rc": rc, "wall_s": round(wall, 1),
+                                  "result": result, "note": note, "stderr_tail": tail}) + "\n")
+        results.flush()
+
+    while pending or running:
+        for name, (job, proc, t0) in list(running.items()):
+            if proc.poll() is not None:
+                done[name] = proc.returncode
+                record(job, proc.returncode, time.time() - t0)
+                del running[name]
+        over = args.deadline and time.time() - start > args.deadline
+        for job in list(pending):
+            dep = f"pre_{job.needs}" if job.needs else None
+            if over or (dep and done.get(dep, 0) != 0):
+                pending.remove(job)
+                done[job.name] = -1
+                record(job, None, 0.0, "deadline before start" if over else f"{dep} failed")
+            elif (runs / job.out / "results.json").is_file():  # finished by an earlier call of the grid
+                pending.remove(job)
+                done[job.name] = 0
+            elif len(running) < args.workers and (dep is None or dep in done):
+                pending.remove(job)
+                cmd = [sys.executable, "-m", "genfeat.cli", "run", *job.argv, "--json", "--overwrite"]
+                with open(runs / "logs" / f"{job.name}.out", "w") as o, open(runs / "logs" / f"{job.name}.err", "w") as e:
+                    running[job.name] = (job, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e), time.time())
+        if over:
+            for name, (job, proc, t0) in list(running.items()):
+                proc.kill()
+                proc.wait()
+                done[name] = -1
+                record(job, None, time.time() - t0, "killed at the deadline")
+                del running[name]
+        time.sleep(0.5)
+    results.close()
+    failed = [n for n, rc in done.items() if rc != 0]
+    print(f"{len(done)} jobs in {time.time() - start:.0f} s; not finished or failed: {len(failed)}"
+          + (f" ({', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''})" if failed else ""))
+    return 1 if failed else 0
+
+
+# task -> the figures a cell shows (dev first; the first is the one the medians are of)
+METRICS = {"sst2": ("dev_accuracy",), "mrpc": ("dev_f1", "dev_accuracy"), "stsb": ("dev_pearson", "dev_spearman"),
+           "cola": ("dev_matthews", "dev_accuracy"), "rte": ("dev_accuracy",), "race": ("dev_accuracy", "test_accuracy"),
+           "squad": ("dev_squad_f1", "dev_exact_match", "test_squad_f1")}
+
+
+def report(paths: list[str]) -> None:
+    """Prints the tables of the grid's results (module doc) from one or more results.jsonl files."""
+    import statistics
+
+    records = [json.loads(line) for p in paths for line in open(p, encoding="utf-8") if line.strip()]
+    finished = {r["name"]: r for r in records if r["rc"] == 0 and r["result"]}
+    for table, rows, tasks in (("t219", T219_ROWS, ("sst2", "mrpc", "stsb", "cola", "rte", "race", "squad")),
+                               ("t5", T5_ROWS, T5_TASKS)):
+        heads = [f"{t} {' / '.join(METRICS[t])}" for t in tasks]
+        print(f"\n| init | {' | '.join(heads)} |")
+        print("|---|" + "---|" * len(tasks))
+        for row in rows:
+            cells = []
+            for task in tasks:
+                runs = sorted((r for r in finished.values() if r["kind"] == table and r["row"] == row and r["task"] == task),
+                              key=lambda r: r["seed"])
+                if not runs:
+                    cells.append("not run")
+                    continue
+                figs = [[r["result"][f"{m}_mean"] for r in runs] for m in METRICS[task]]
+                median = " / ".join(f"{statistics.median(f):.3f}" for f in figs)
+                seeds = ", ".join(f"{v:.3f}" for v in figs[0])
+                cells.append(f"{median} (n={len(runs)}: {seeds})")
+            print(f"| {row} | {' | '.join(cells)} |")
+    print("\n| pretraining run | steps | held-out loss | wall |\n|---|---|---|---|")
+    for r in records:
+        if r["kind"] == "pretrain" and r["rc"] == 0:
+            res = r["result"]
+            extra = (f", zero-shot SST-2 {res['zero_shot_accuracy_mean']:.3f}" if "zero_shot_accuracy_mean" in res else "")
+            print(f"| {r['row']} | {res['steps_mean']:.0f} | {res['valid_loss_mean']:.3f}{extra} | {r['wall_s']:.0f} s |")
+    walls = [r["wall_s"] for r in records if r["rc"] == 0]
+    failed = [f"{r['name']} ({r['note'] or 'exit ' + str(r['rc'])})" for r in records if r["rc"] != 0]
+    print(f"\n{len(walls)} jobs finished, {sum(walls):.0f} s of job wall time; not finished: {len(failed)}")
+    for line in failed:
+        print(f"- {line}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export-text")
+    p.add_argument("dir")
+    p = sub.add_parser("report")
+    p.add_argument("results", nargs="+")
+    p = sub.add_parser("run")
+    p.add_argument("--runs", required=True, help="folder for the runs' checkpoints and logs")
+    p.add_argument("--out", required=True, help="folder for results.jsonl")
+    p.add_argument("--text", help="folder holding export-text's files (default: imdb:train / imdb:valid)")
+    p.add_argument("--workers", type=int, default=12)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--deadline", type=float, default=0, help="seconds; 0: none")
+    p.add_argument("--only", nargs="+", help="only the fine-tuning jobs whose name holds one of these")
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--fig2-steps", type=int, default=0,
+                   help="also pretrain GPT-1 and the LSTM for this many steps (GPT-1 Fig. 2 right); 0: not")
+    args = parser.parse_args()
+    if args.command == "export-text":
+        export_text(Path(args.dir))
+        return 0
+    if args.command == "report":
+        report(args.results)
+        return 0
+    return run_grid(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
