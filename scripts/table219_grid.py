@@ -65,6 +65,11 @@ T219_ROWS = {"bert": ("bert", "bert_pretrain"), "dae_txl": ("xlnet", "dae_txl"),
              "xlnet_k7": ("xlnet", "pretrain_k7"), "no_memory": ("xlnet", "no_memory"),
              "no_span": ("xlnet", "no_span"), "no_bidir": ("xlnet", "no_bidir"), "nsp": ("xlnet", "nsp"),
              "nopretrain": ("nopretrain", None)}
+ROW_LABELS = {"bert": "BERT (MLM + NSP)", "dae_txl": "DAE + Transformer-XL", "xlnet_k6": "XLNet K = 6",
+              "xlnet_k7": "XLNet K = 7", "no_memory": "XLNet K = 6 − memory", "no_span": "XLNet K = 6 − span-based prediction",
+              "no_bidir": "XLNet K = 6 − bidirectional data", "nsp": "XLNet K = 6 + next-sentence prediction",
+              "nopretrain": "none (random init)", "gpt": "Transformer, aux LM", "gpt_noaux": "Transformer, no aux LM",
+              "lstm": "LSTM, aux LM", "gpt_nopretrain": "Transformer, no pretraining"}
 T219_TASKS = ("squad", "sst2", "cola", "stsb", "mrpc", "rte")  # longest first within a seed; RACE after all seeds
 # GPT-1 Table 5 rows: row name -> (recipe suffix, pretraining run or None)
 T5_ROWS = {"gpt": ("gpt", "gpt_pretrain"), "gpt_noaux": ("gpt_noaux", "gpt_pretrain"),
@@ -234,18 +239,20 @@ def report(paths: list[str]) -> None:
                 median = " / ".join(f"{statistics.median(f):.3f}" for f in figs)
                 seeds = ", ".join(f"{v:.3f}" for v in figs[0])
                 cells.append(f"{median} (n={len(runs)}: {seeds})")
-            print(f"| {row} | {' | '.join(cells)} |")
+            print(f"| {ROW_LABELS[row]} | {' | '.join(cells)} |")
     print("\n| pretraining run | steps | held-out loss | wall |\n|---|---|---|---|")
     for r in records:
         if r["kind"] == "pretrain" and r["rc"] == 0:
             res = r["result"]
             extra = (f", zero-shot SST-2 {res['zero_shot_accuracy_mean']:.3f}" if "zero_shot_accuracy_mean" in res else "")
             print(f"| {r['row']} | {res['steps_mean']:.0f} | {res['valid_loss_mean']:.3f}{extra} | {r['wall_s']:.0f} s |")
-    walls = [r["wall_s"] for r in records if r["rc"] == 0]
-    failed = [f"{r['name']} ({r['note'] or 'exit ' + str(r['rc'])})" for r in records if r["rc"] != 0]
+    walls = [r["wall_s"] for r in finished.values()]
+    last = {r["name"]: r for r in records}  # a job's last record, over the files in order
+    failed = [r for r in last.values() if r["name"] not in finished]
     print(f"\n{len(walls)} jobs finished, {sum(walls):.0f} s of job wall time; not finished: {len(failed)}")
-    for line in failed:
-        print(f"- {line}")
+    for note in sorted({r["note"] or f"exit {r['rc']}" for r in failed}):
+        names = [r["name"] for r in failed if (r["note"] or f"exit {r['rc']}") == note]
+        print(f"- {note} ({len(names)}): {', '.join(names)}")
 
 
 def main() -> int:

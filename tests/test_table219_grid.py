@@ -1,0 +1,108 @@
+"""scripts/table219_grid.py: the grid's jobs (what each cell runs, from which checkpoint, in which order), the
+scheduler's bookkeeping with a stand-in for genfeat, and the report's medians."""
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import table219_grid as grid  # noqa: E402
+
+
+def test_every_cell_runs_its_recipe_from_its_own_pretraining():
+    jobs = grid.jobs(Path("R"), Path("T"), [0, 1, 2], smoke=False)
+    assert len(jobs) == 10 + 3 * (9 * 7 + 4 * 4)
+    assert [j.name for j in jobs[:10]] == [f"pre_{n}" for n in grid.PRETRAIN]
+    by_name = {j.name: j for j in jobs}
+    assert len(by_name) == len(jobs)
+    for name, recipe in grid.PRETRAIN.items():  # pretraining reads the exported text
+        argv = by_name[f"pre_{name}"].argv
+        assert argv[0] == recipe and (ROOT / recipe).is_file()
+        assert argv[argv.index("--data.train_text") + 1] == "T/imdb_train.txt"
+    for job in jobs[10:]:
+        recipe = job.argv[0]
+        assert (ROOT / recipe).is_file(), recipe
+        assert job.argv[job.argv.index("--seed") + 1] == str(job.meta["seed"])
+        assert job.argv[job.argv.index("--out") + 1] == f"R/{job.out}"
+        if job.needs is None:
+            assert "--init" not in job.argv and "nopretrain" in recipe
+        else:
+            assert job.argv[job.argv.index("--init") + 1] == f"R/{job.needs}/final"
+    cell = by_name["t219_squad_no_span_s1"]
+    assert cell.argv[0] == "recipes/finetune/squad_xlnet.yaml" and cell.needs == "no_span"
+    assert by_name["t219_rte_bert_s0"].argv[0] == "recipes/finetune/rte_bert.yaml"
+    assert by_name["t5_mrpc_lstm_s2"].argv[0] == "recipes/finetune/mrpc_lstm.yaml"
+    assert by_name["t5_mrpc_lstm_s2"].needs == "pretrain_lstm"
+    # RACE comes after every seed's other cells; a seed's Table 5 cells after its Table 2.19 ones
+    names = [j.name for j in jobs]
+    first_race = min(i for i, n in enumerate(names) if "_race_" in n)
+    assert all("_race_" in n for n in names[first_race:]) and "t5_rte_gpt_nopretrain_s2" in names[:first_race]
+    assert names.index("t219_rte_nopretrain_s0") < names.index("t5_sst2_gpt_s0") < names.index("t219_squad_bert_s1")
+
+
+def test_fig2_and_smoke_arguments():
+    jobs = grid.jobs(Path("R"), None, [0], smoke=True, fig2_steps=5000)
+    fig2 = [j for j in jobs if j.name.startswith("pre_fig2_")]
+    assert [j.argv[0] for j in fig2] == ["recipes/gpt/pretrain.yaml", "recipes/gpt/pretrain_lstm.yaml"]
+    assert fig2[0].argv[fig2[0].argv.index("--steps") + 1] == "5000"
+    assert "--data.train_text" not in fig2[0].argv                       # no --text: imdb:train itself
+    ft = [j for j in jobs if j.meta["kind"] != "pretrain"]
+    assert all(j.argv[j.argv.index("--steps") + 1] == "4" for j in ft)
+    assert all(("--vocab_size" in j.argv) == (j.needs is None) for j in ft)
+
+
+def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, monkeypatch):
+    """A stand-in genfeat: pretraining 'pretrain_k6' fails, everything else prints a result; the cells that need
+    pretrain_k6 are recorded as skipped, a run finished by an earlier call is not run again."""
+    fake = tmp_path / "genfeat" / "cli.py"
+    fake.parent.mkdir()
+    (fake.parent / "__init__.py").write_text("")
+    fake.write_text(
+        "import json, sys\n"
+        "a = sys.argv[2:]\n"
+        "out = a[a.index('--out') + 1]\n"
+        "if out.endswith('/pretrain_k6'):\n"
+        "    sys.exit('error: broken recipe')\n"
+        "print(json.dumps({'dev_accuracy_mean': 0.5, 'steps_mean': 1, 'valid_loss_mean': 1.0}))\n")
+    runs = tmp_path / "runs"
+    (runs / "ft" / "t219_rte_bert_s0").mkdir(parents=True)
+    (runs / "ft" / "t219_rte_bert_s0" / "results.json").write_text("{}")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(grid, "ROOT", tmp_path)  # the stand-in's folder comes first on PYTHONPATH
+    monkeypatch.setattr(grid, "T219_TASKS", ("rte",))
+    monkeypatch.setattr(grid, "T5_TASKS", ())
+    monkeypatch.setattr(sys, "argv", ["table219_grid.py", "run", "--runs", str(runs), "--out", str(tmp_path / "out"),
+                                      "--seeds", "0", "--workers", "4"])
+    assert grid.main() == 1
+    records = {r["name"]: r for r in map(json.loads, (tmp_path / "out" / "results.jsonl").read_text().splitlines())}
+    assert records["pre_pretrain_k6"]["rc"] == 1 and "broken recipe" in records["pre_pretrain_k6"]["stderr_tail"]
+    assert records["t219_rte_xlnet_k6_s0"]["rc"] is None
+    assert records["t219_rte_xlnet_k6_s0"]["note"] == "pre_pretrain_k6 failed"
+    assert records["t219_rte_nsp_s0"]["rc"] == 0 and records["t219_rte_nsp_s0"]["result"]["dev_accuracy_mean"] == 0.5
+    assert "t219_rte_bert_s0" not in records                             # finished before: not run again
+    assert records["t219_race_xlnet_k6_s0"]["rc"] is None and records["t219_race_bert_s0"]["rc"] == 0
+
+
+def test_report_medians_over_seeds(tmp_path, capsys):
+    lines = [{"name": f"t219_sst2_bert_s{s}", "kind": "t219", "task": "sst2", "row": "bert", "seed": s, "rc": 0,
+              "wall_s": 10.0, "note": "", "result": {"dev_accuracy_mean": v}} for s, v in enumerate((0.7, 0.9, 0.8))]
+    lines.append({"name": "t219_rte_bert_s0", "kind": "t219", "task": "rte", "row": "bert", "seed": 0, "rc": None,
+                  "wall_s": 0.0, "note": "deadline before start", "result": None})
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    grid.report([str(path)])
+    out = capsys.readouterr().out
+    assert "| BERT (MLM + NSP) | 0.800 (n=3: 0.700, 0.900, 0.800) |" in out
+    assert "deadline before start (1): t219_rte_bert_s0" in out and "3 jobs finished" in out
+
+
+def test_export_text_reads_back_as_the_same_documents(tmp_path, monkeypatch):
+    from genfeat.data.documents import read_documents
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("First review. It was Good!\nSecond line here.\n\nAnother document? Yes.\n")
+    monkeypatch.setattr(grid, "TEXT_FILES", {"train": (str(source), 10, "train.txt")})
+    grid.export_text(tmp_path / "text")
+    assert read_documents(str(tmp_path / "text" / "train.txt")) == read_documents(str(source))
+    assert read_documents(str(source)) == [["First review.", "It was Good!", "Second line here."],
+                                           ["Another document?", "Yes."]]
