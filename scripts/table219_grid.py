@@ -1,6 +1,6 @@
 """Thesis Table 2.19 (downstream) and GPT-1 Table 5 as one grid of runs, for a machine with a GPU.
 
-Two sub-commands:
+Three sub-commands:
 
     python scripts/table219_grid.py export-text DIR
         (here, where GENFEAT_DATA holds imdb/) writes the pretraining text of every pretraining recipe of the
@@ -10,27 +10,30 @@ Two sub-commands:
         of text instead (gzip them to carry them).
 
     python scripts/table219_grid.py run --runs RUNS --out OUT [--text DIR] [--workers N] [--seeds 0 1 2]
-                                        [--deadline SECONDS] [--smoke]
+                                        [--deadline SECONDS] [--only PART ...] [--fig2-steps N] [--smoke]
         runs every job of the grid as its own ``python -m genfeat.cli run`` process, ``--workers`` at a time
-        (they share the GPU: these model sizes leave it idle most of each step), a job starting once the
+        (they share the GPU; on an H200, 12 of them kept it busy 98-100 % of the time), a job starting once the
         pretraining it fine-tunes has finished: the 10 pretraining recipes (recipes/xlnet/{pretrain_k6,
         pretrain_k7, no_memory, no_span, no_bidir, nsp, dae_txl}, recipes/bert/pretrain, recipes/gpt/{pretrain,
         pretrain_lstm}), then per seed the Table 2.19 cells (9 inits x SST-2, MRPC, STS-B, CoLA, RTE, RACE, the
         SQuAD article split: recipes/finetune/TASK_{xlnet,bert,nopretrain}.yaml, the XLNet recipe with
         ``--init`` for each XLNet / DAE row; RACE after every seed's other cells) and the GPT-1 Table 5 cells
-        (Transformer with and without the auxiliary LM, the LSTM, no pretraining x SST-2, MRPC, STS-B, RTE);
-        ``--fig2-steps N`` adds GPT-1's and the LSTM's pretraining recipes run for N steps (zero-shot SST-2
-        evaluated every N/20), right after the pretraining. Each finished job appends one line
-        to OUT/results.jsonl at once (name, command, exit status, wall seconds and the run's ``--json``
-        result), so a run stopped at ``--deadline`` (jobs still running are killed, those not started are
-        listed as such) or by a timeout keeps what finished; a job whose output folder in RUNS holds a finished
-        run is not run again (a second call on the same RUNS goes on where the first stopped). ``--text DIR`` reads the pretraining text from
-        DIR's files of ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to
-        a few steps on a few examples: a check of the commands, not a result.
+        (Transformer with and without the auxiliary LM, the LSTM, no pretraining x SST-2, MRPC, STS-B, RTE).
+        ``--only`` keeps the fine-tuning jobs whose name (``t219_TASK_ROW_sSEED``, ``t5_TASK_ROW_sSEED``)
+        holds one of the PARTs, and all pretraining. ``--fig2-steps N`` adds GPT-1's and the LSTM's
+        pretraining recipes run for N steps (zero-shot SST-2 evaluated every N/20), right after the
+        pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
+        status, wall seconds and the run's ``--json`` result), so a run stopped at ``--deadline`` (jobs still
+        running are killed, those not started are listed as such) or by a timeout keeps what finished; a job
+        whose output folder in RUNS holds a finished run is not run again (a second call on the same RUNS
+        goes on where the first stopped). ``--text DIR`` reads the pretraining text from DIR's files of
+        ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to a few steps on a
+        few examples: a check of the commands, not a result.
 
     python scripts/table219_grid.py report OUT/results.jsonl [...]
         prints the grid's tables in Markdown: per cell the median over the seeds that finished, their count and
-        each seed's figure; then the pretraining runs' held-out figures and every job's wall time.
+        each seed's figure; then the pretraining runs' held-out figures, the finished jobs' total wall time
+        and the jobs that did not finish, by reason.
 
 The recipes fix every budget (RESULTS.md, "Table 2.19 downstream"); the grid adds only the seed, ``--init``, the
 output folder and the text files.
