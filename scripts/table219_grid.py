@@ -10,7 +10,8 @@ Three sub-commands:
         of text instead (gzip them to carry them).
 
     python scripts/table219_grid.py run --runs RUNS --out OUT [--text DIR] [--workers N] [--seeds 0 1 2]
-                                        [--deadline SECONDS] [--only PART ...] [--fig2-steps N] [--smoke]
+                                        [--deadline SECONDS] [--only PART ...] [--done RESULTS ...]
+                                        [--fig2-steps N] [--smoke]
         runs every job of the grid as its own ``python -m genfeat.cli run`` process, ``--workers`` at a time
         (they share the GPU; on an H200, 12 of them kept it busy 98-100 % of the time), a job starting once the
         pretraining it fine-tunes has finished: the 10 pretraining recipes (recipes/xlnet/{pretrain_k6,
@@ -20,7 +21,9 @@ Three sub-commands:
         ``--init`` for each XLNet / DAE row; RACE after every seed's other cells) and the GPT-1 Table 5 cells
         (Transformer with and without the auxiliary LM, the LSTM, no pretraining x SST-2, MRPC, STS-B, RTE).
         ``--only`` keeps the fine-tuning jobs whose name (``t219_TASK_ROW_sSEED``, ``t5_TASK_ROW_sSEED``)
-        holds one of the PARTs, and all pretraining. ``--fig2-steps N`` adds GPT-1's and the LSTM's
+        holds one of the PARTs, and all pretraining; ``--done`` drops the fine-tuning jobs that the given
+        results.jsonl files (of earlier grids, e.g. docs/data/table219_grid_*.jsonl.gz) record as finished.
+        ``--fig2-steps N`` adds GPT-1's and the LSTM's
         pretraining recipes run for N steps (zero-shot SST-2 evaluated every N/20), right after the
         pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
         status, wall seconds and the run's ``--json`` result), so a run stopped at ``--deadline`` (jobs still
@@ -30,7 +33,7 @@ Three sub-commands:
         ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to a few steps on a
         few examples: a check of the commands, not a result.
 
-    python scripts/table219_grid.py report OUT/results.jsonl [...]
+    python scripts/table219_grid.py report OUT/results.jsonl [...]   (.jsonl.gz too)
         prints the grid's tables in Markdown: per cell the median over the seeds that finished, their count and
         each seed's figure; then the pretraining runs' held-out figures, the finished jobs' total wall time
         and the jobs that did not finish, by reason.
@@ -41,6 +44,7 @@ output folder and the text files.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -156,6 +160,9 @@ def run_grid(args) -> int:
     pending = jobs(runs, Path(args.text).resolve() if args.text else None, args.seeds, args.smoke, args.fig2_steps)
     if args.only:
         pending = [j for j in pending if j.meta["kind"] == "pretrain" or any(o in j.name for o in args.only)]
+    if args.done:  # fine-tuning cells that an earlier grid (another machine) finished
+        finished = {r["name"] for r in read_records(args.done) if r["rc"] == 0 and r["result"] and r["kind"] != "pretrain"}
+        pending = [j for j in pending if j.name not in finished]
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     done: dict[str, int] = {}          # job name -> exit status
@@ -219,11 +226,17 @@ METRICS = {"sst2": ("dev_accuracy",), "mrpc": ("dev_f1", "dev_accuracy"), "stsb"
            "squad": ("dev_squad_f1", "dev_exact_match", "test_squad_f1")}
 
 
+def read_records(paths: list[str]) -> list[dict]:
+    """The job records of results.jsonl files (gzipped ones too), in order."""
+    return [json.loads(line) for p in paths for line in (gzip.open if p.endswith(".gz") else open)(p, "rt", encoding="utf-8")
+            if line.strip()]
+
+
 def report(paths: list[str]) -> None:
     """Prints the tables of the grid's results (module doc) from one or more results.jsonl files."""
     import statistics
 
-    records = [json.loads(line) for p in paths for line in open(p, encoding="utf-8") if line.strip()]
+    records = read_records(paths)
     finished = {r["name"]: r for r in records if r["rc"] == 0 and r["result"]}
     for table, rows, tasks in (("t219", T219_ROWS, ("sst2", "mrpc", "stsb", "cola", "rte", "race", "squad")),
                                ("t5", T5_ROWS, T5_TASKS)):
@@ -273,6 +286,7 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--deadline", type=float, default=0, help="seconds; 0: none")
     p.add_argument("--only", nargs="+", help="only the fine-tuning jobs whose name holds one of these")
+    p.add_argument("--done", nargs="+", help="results.jsonl files of earlier grids: their finished cells are not run")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--fig2-steps", type=int, default=0,
                    help="also pretrain GPT-1 and the LSTM for this many steps (GPT-1 Fig. 2 right); 0: not")

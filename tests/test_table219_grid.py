@@ -1,5 +1,6 @@
 """scripts/table219_grid.py: the grid's jobs (what each cell runs, from which checkpoint, in which order), the
 scheduler's bookkeeping with a stand-in for genfeat, and the report's medians."""
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -53,7 +54,8 @@ def test_fig2_and_smoke_arguments():
 
 def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, monkeypatch):
     """A stand-in genfeat: pretraining 'pretrain_k6' fails, everything else prints a result; the cells that need
-    pretrain_k6 are recorded as skipped, a run finished by an earlier call is not run again."""
+    pretrain_k6 are recorded as skipped, a run finished by an earlier call or recorded as finished in --done's
+    file is not run again."""
     fake = tmp_path / "genfeat" / "cli.py"
     fake.parent.mkdir()
     (fake.parent / "__init__.py").write_text("")
@@ -71,8 +73,12 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
     monkeypatch.setattr(grid, "ROOT", tmp_path)  # the stand-in's folder comes first on PYTHONPATH
     monkeypatch.setattr(grid, "T219_TASKS", ("rte",))
     monkeypatch.setattr(grid, "T5_TASKS", ())
+    earlier = tmp_path / "earlier.jsonl.gz"  # a grid on another machine finished one cell and failed another
+    with gzip.open(earlier, "wt") as f:
+        f.write(json.dumps({"name": "t219_rte_no_span_s0", "kind": "t219", "rc": 0, "result": {"x": 1}}) + "\n")
+        f.write(json.dumps({"name": "t219_rte_no_bidir_s0", "kind": "t219", "rc": 1, "result": None}) + "\n")
     monkeypatch.setattr(sys, "argv", ["table219_grid.py", "run", "--runs", str(runs), "--out", str(tmp_path / "out"),
-                                      "--seeds", "0", "--workers", "4"])
+                                      "--seeds", "0", "--workers", "4", "--done", str(earlier)])
     assert grid.main() == 1
     records = {r["name"]: r for r in map(json.loads, (tmp_path / "out" / "results.jsonl").read_text().splitlines())}
     assert records["pre_pretrain_k6"]["rc"] == 1 and "broken recipe" in records["pre_pretrain_k6"]["stderr_tail"]
@@ -80,6 +86,7 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
     assert records["t219_rte_xlnet_k6_s0"]["note"] == "pre_pretrain_k6 failed"
     assert records["t219_rte_nsp_s0"]["rc"] == 0 and records["t219_rte_nsp_s0"]["result"]["dev_accuracy_mean"] == 0.5
     assert "t219_rte_bert_s0" not in records                             # finished before: not run again
+    assert "t219_rte_no_span_s0" not in records and records["t219_rte_no_bidir_s0"]["rc"] == 0  # --done
     assert records["t219_race_xlnet_k6_s0"]["rc"] is None and records["t219_race_bert_s0"]["rc"] == 0
 
 
