@@ -13,7 +13,7 @@ Three sub-commands:
                                         [--deadline SECONDS] [--only PART ...] [--done RESULTS ...]
                                         [--fig2-steps N] [--smoke]
         runs every job of the grid as its own ``python -m genfeat.cli run`` process, ``--workers`` at a time
-        (they share the GPU; on an H200, 12 of them kept it busy 98-100 % of the time), a job starting once the
+        (they share the GPU; on an H200, 12 of them kept it 97-100 % busy most of the time), a job starting once the
         pretraining it fine-tunes has finished: the 10 pretraining recipes (recipes/xlnet/{pretrain_k6,
         pretrain_k7, no_memory, no_span, no_bidir, nsp, dae_txl}, recipes/bert/pretrain, recipes/gpt/{pretrain,
         pretrain_lstm}), then per seed the Table 2.19 cells (9 inits x SST-2, MRPC, STS-B, CoLA, RTE, RACE, the
@@ -47,6 +47,7 @@ import argparse
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -234,8 +235,6 @@ def read_records(paths: list[str]) -> list[dict]:
 
 def report(paths: list[str]) -> None:
     """Prints the tables of the grid's results (module doc) from one or more results.jsonl files."""
-    import statistics
-
     records = read_records(paths)
     finished = {r["name"]: r for r in records if r["rc"] == 0 and r["result"]}
     for table, rows, tasks in (("t219", T219_ROWS, ("sst2", "mrpc", "stsb", "cola", "rte", "race", "squad")),
