@@ -35,8 +35,9 @@ Three sub-commands:
 
     python scripts/table219_grid.py report OUT/results.jsonl [...]   (.jsonl.gz too)
         prints the grid's tables in Markdown: per cell the median over the seeds that finished, their count and
-        each seed's figure; then the pretraining runs' held-out figures, the finished jobs' total wall time
-        and the jobs that did not finish, by reason.
+        each seed's figure (a cell finished in several files: its last record); then the pretraining runs'
+        held-out figures with the file that holds each, the finished jobs' total wall time and the jobs that
+        did not finish, by reason.
 
 The recipes fix every budget (RESULTS.md, "Table 2.19 downstream"); the grid adds only the seed, ``--init``, the
 output folder and the text files.
@@ -255,13 +256,16 @@ def report(paths: list[str]) -> None:
                 seeds = ", ".join(f"{v:.3f}" for v in figs[0])
                 cells.append(f"{median} (n={len(runs)}: {seeds})")
             print(f"| {ROW_LABELS[row]} | {' | '.join(cells)} |")
-    print("\n| pretraining run | steps | held-out loss | wall |\n|---|---|---|---|")
-    for r in records:
-        if r["kind"] == "pretrain" and r["rc"] == 0:
-            res = r["result"]
-            extra = (f", zero-shot SST-2 {res['zero_shot_accuracy_mean']:.3f}" if "zero_shot_accuracy_mean" in res else "")
-            print(f"| {r['row']} | {res['steps_mean']:.0f} | {res['valid_loss_mean']:.3f}{extra} | {r['wall_s']:.0f} s |")
-    walls = [r["wall_s"] for r in finished.values()]
+    print("\n| pretraining run | steps | held-out loss | wall | results file |\n|---|---|---|---|---|")
+    for path in paths:  # per file: each call of the grid on a fresh machine pretrains again
+        for r in read_records([path]):
+            if r["kind"] == "pretrain" and r["rc"] == 0:
+                res = r["result"]
+                extra = (f", zero-shot SST-2 {res['zero_shot_accuracy_mean']:.3f}" if "zero_shot_accuracy_mean" in res
+                         else "")
+                print(f"| {r['row']} | {res['steps_mean']:.0f} | {res['valid_loss_mean']:.3f}{extra} | {r['wall_s']:.0f} s "
+                      f"| {Path(path).name} |")
+    walls = [r["wall_s"] for r in records if r["rc"] == 0 and r["result"]]  # every finished job of every file
     last = {r["name"]: r for r in records}  # a job's last record, over the files in order
     failed = [r for r in last.values() if r["name"] not in finished]
     print(f"\n{len(walls)} jobs finished, {sum(walls):.0f} s of job wall time; not finished: {len(failed)}")

@@ -95,12 +95,22 @@ def test_report_medians_over_seeds(tmp_path, capsys):
               "wall_s": 10.0, "note": "", "result": {"dev_accuracy_mean": v}} for s, v in enumerate((0.7, 0.9, 0.8))]
     lines.append({"name": "t219_rte_bert_s0", "kind": "t219", "task": "rte", "row": "bert", "seed": 0, "rc": None,
                   "wall_s": 0.0, "note": "deadline before start", "result": None})
+    pre = {"name": "pre_bert_pretrain", "kind": "pretrain", "row": "bert_pretrain", "rc": 0, "wall_s": 5.0, "note": "",
+           "result": {"steps_mean": 4, "valid_loss_mean": 6.5}}
     path = tmp_path / "results.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    path.write_text("".join(json.dumps(r) + "\n" for r in [pre, *lines]))
+    later = tmp_path / "later.jsonl"  # a second call: pretrains again, finishes the RTE cell
+    later.write_text("".join(json.dumps(r) + "\n" for r in [{**pre, "wall_s": 7.0}, {**lines[-1], "rc": 0, "note": "",
+                                                                                        "result": {"dev_accuracy_mean": 0.5}}]))
     grid.report([str(path)])
     out = capsys.readouterr().out
     assert "| BERT (MLM + NSP) | 0.800 (n=3: 0.700, 0.900, 0.800) |" in out
-    assert "deadline before start (1): t219_rte_bert_s0" in out and "3 jobs finished" in out
+    assert "deadline before start (1): t219_rte_bert_s0" in out and "4 jobs finished, 35 s" in out
+    assert "| bert_pretrain | 4 | 6.500 | 5 s | results.jsonl |" in out
+    grid.report([str(path), str(later)])
+    out = capsys.readouterr().out
+    assert "0.500 (n=1: 0.500)" in out and "6 jobs finished, 42 s of job wall time; not finished: 0" in out
+    assert "| bert_pretrain | 4 | 6.500 | 7 s | later.jsonl |" in out
 
 
 def test_export_text_reads_back_as_the_same_documents(tmp_path, monkeypatch):
