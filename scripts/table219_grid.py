@@ -21,8 +21,9 @@ Three sub-commands:
         ``--init`` for each XLNet / DAE row; RACE after every seed's other cells) and the GPT-1 Table 5 cells
         (Transformer with and without the auxiliary LM, the LSTM, no pretraining x SST-2, MRPC, STS-B, RTE).
         ``--only`` keeps the fine-tuning jobs whose name (``t219_TASK_ROW_sSEED``, ``t5_TASK_ROW_sSEED``)
-        holds one of the PARTs, and all pretraining; ``--done`` drops the fine-tuning jobs that the given
-        results.jsonl files (of earlier grids, e.g. docs/data/table219_grid_*.jsonl.gz) record as finished.
+        holds one of the PARTs; ``--done`` drops the fine-tuning jobs that the given results.jsonl files (of
+        earlier grids, e.g. docs/data/table219_grid_*.jsonl.gz) record as finished; of the pretraining runs only
+        those that a remaining fine-tuning job needs are run.
         ``--fig2-steps N`` adds GPT-1's and the LSTM's
         pretraining recipes run for N steps (zero-shot SST-2 evaluated every N/20), right after the
         pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
@@ -165,6 +166,8 @@ def run_grid(args) -> int:
     if args.done:  # fine-tuning cells that an earlier grid (another machine) finished
         finished = {r["name"] for r in read_records(args.done) if r["rc"] == 0 and r["result"] and r["kind"] != "pretrain"}
         pending = [j for j in pending if j.name not in finished]
+    needed = {j.needs for j in pending if j.meta["kind"] != "pretrain"}  # pretraining no kept cell needs is not run
+    pending = [j for j in pending if j.meta["kind"] != "pretrain" or j.out in needed or j.out.startswith("fig2_")]
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     done: dict[str, int] = {}          # job name -> exit status

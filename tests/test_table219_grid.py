@@ -65,6 +65,9 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
         "out = a[a.index('--out') + 1]\n"
         "if out.endswith('/pretrain_k6'):\n"
         "    sys.exit('error: broken recipe')\n"
+        "import pathlib\n"
+        "pathlib.Path(out).mkdir(parents=True)\n"
+        "pathlib.Path(out, 'results.json').write_text('{}')\n"
         "print(json.dumps({'dev_accuracy_mean': 0.5, 'steps_mean': 1, 'valid_loss_mean': 1.0}))\n")
     runs = tmp_path / "runs"
     (runs / "ft" / "t219_rte_bert_s0").mkdir(parents=True)
@@ -88,6 +91,13 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
     assert "t219_rte_bert_s0" not in records                             # finished before: not run again
     assert "t219_rte_no_span_s0" not in records and records["t219_rte_no_bidir_s0"]["rc"] == 0  # --done
     assert records["t219_race_xlnet_k6_s0"]["rc"] is None and records["t219_race_bert_s0"]["rc"] == 0
+    assert "pre_gpt_pretrain" not in records and "pre_pretrain_lstm" not in records  # no Table 5 cell needs them
+    # a later call for RACE of two rows: their pretraining runs finished above, so only the two cells run
+    monkeypatch.setattr(sys, "argv", ["table219_grid.py", "run", "--runs", str(runs), "--out", str(tmp_path / "out2"),
+                                      "--seeds", "1", "--only", "race_bert", "race_no_memory"])
+    assert grid.main() == 0
+    again = [json.loads(line)["name"] for line in (tmp_path / "out2" / "results.jsonl").read_text().splitlines()]
+    assert sorted(again) == ["t219_race_bert_s1", "t219_race_no_memory_s1"]
 
 
 def test_report_medians_over_seeds(tmp_path, capsys):
