@@ -6,7 +6,10 @@ OpenAIGPTDoubleHeadsModel, with padding and token types, both ways; and fine-tun
 on real data (../shared/data) through to evaluating the task model transformers saves (BERT on SST-2, XLNet's
 SQuAD head on SQuAD article-split questions)."""
 
+import dataclasses
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -124,9 +127,14 @@ def test_xlnet_sequence_classification_parity_both_ways(tmp_path):
         ref = hf(ids[:, 0], attention_mask=mask[:, 0], token_type_ids=types[:, 0]).logits
         got = ours(ids, mask, types, last).logits
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    assert ours.config.max_len == 512 and ours.config.max_segments == 1     # transformers' directory: one segment
+    ours.config = dataclasses.replace(ours.config, max_len=48, max_segments=3)
     again = _exported(ours, transformers.XLNetForSequenceClassification, tmp_path, input_ids=ids[:, 0],
                       attention_mask=mask[:, 0], token_type_ids=types[:, 0])
     torch.testing.assert_close(again.logits, ref, atol=1e-4, rtol=1e-4)
+    # the export keeps how the model reads its inputs (a long review: 3 segments of 48 tokens with memory)
+    back = from_pretrained(tmp_path / "back", architecture="finetune").config
+    assert (back.max_len, back.max_segments, back.doc_stride, back.both_orders) == (48, 3, 256, False)
 
 
 def test_xlnet_question_answering_simple_parity(tmp_path):
@@ -270,9 +278,12 @@ def test_gpt_double_heads_multiple_choice_parity_both_ways(tmp_path):
         ref = hf(ids, attention_mask=mask.view(-1, 9), mc_token_ids=last).mc_logits
         got = ours(ids, mask, None, last).logits
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    assert ours.config.max_len == 24                                    # a directory from elsewhere: n_positions
+    ours.config = dataclasses.replace(ours.config, max_len=16)
     again = _exported(ours, transformers.OpenAIGPTDoubleHeadsModel, tmp_path, input_ids=ids,
                       attention_mask=mask.view(-1, 9), mc_token_ids=last)
     torch.testing.assert_close(again.mc_logits, ref, atol=1e-4, rtol=1e-4)
+    assert from_double_heads(load_checkpoint(tmp_path / "back")[0], directory=tmp_path / "back").config.max_len == 16
     plain = transformers.OpenAIGPTDoubleHeadsModel(transformers.OpenAIGPTConfig(vocab_size=53, n_embd=16, n_layer=1, n_head=2,
                                                                                 n_positions=24))
     plain.save_pretrained(tmp_path / "plain")
@@ -321,6 +332,52 @@ def test_finetuning_from_a_hugging_face_directory_and_evaluating_the_task_model_
     figures = evaluate_task(hf_task, "sst2", max_examples=32)
     assert figures["examples"] == 32 and set(figures) >= {"accuracy", "truncated", "seconds"}
     assert figures["accuracy"] == pytest.approx(result["dev_accuracy"], abs=1e-12)
+    _classes_in_another_order(hf_task, tmp_path, figures["accuracy"], capsys)
+
+
+def _classes_in_another_order(hf_task: Path, tmp_path: Path, accuracy: float, capsys) -> None:
+    """The SST-2 task model above names its classes and keeps its max_len; copies of it whose head lists the classes
+    the other way round, and say so in id2label, score what it scores; copies that name other classes are refused,
+    and copies that name none are read in the task's order, with a note."""
+    from safetensors.torch import load_file, save_file
+
+    from genfeat.hub import load_checkpoint
+    from genfeat.methods.finetune import align_labels, evaluate_task
+    from genfeat.tasks import get_task
+
+    config = json.loads((hf_task / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"} and config["genfeat_max_len"] == 64
+    original = load_checkpoint(hf_task)[0]
+    assert original.config.max_len == 64 and original.config.label_names == ["negative", "positive"]
+
+    def variant(name: str, id2label: dict, task: str | None = "sst2", flip: bool = True) -> Path:
+        out = tmp_path / name
+        shutil.copytree(hf_task, out)
+        weights = load_file(out / "model.safetensors")
+        if flip:
+            weights = {k: v.flip(0).contiguous() if k.startswith("classifier.") else v for k, v in weights.items()}
+        save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+        cfg = {**config, "id2label": id2label, "label2id": {v: int(k) for k, v in id2label.items()}, "finetuning_task": task}
+        (out / "config.json").write_text(json.dumps(cfg))
+        return out
+
+    flipped = variant("flipped", {"0": "POSITIVE", "1": "Negative"})
+    model = load_checkpoint(flipped)[0]
+    assert not torch.equal(model.head.out.weight, original.head.out.weight)
+    align_labels(model, get_task("sst2"), flipped)
+    assert torch.equal(model.head.out.weight, original.head.out.weight)
+    assert torch.equal(model.head.out.bias, original.head.out.bias)
+    assert evaluate_task(flipped, "sst2", max_examples=32)["accuracy"] == accuracy
+    as_files = variant("as_files", {"0": "1", "1": "0"})                 # the labels as the TSV writes them
+    assert evaluate_task(as_files, "sst2", max_examples=32)["accuracy"] == accuracy
+    with pytest.raises(CheckpointError, match=r"names its classes \['yes', 'no'\], which are not task 'sst2''s labels "
+                                              r"0 \(negative\), 1 \(positive\)"):
+        evaluate_task(variant("other", {"0": "yes", "1": "no"}), "sst2", max_examples=32)
+    capsys.readouterr()
+    unnamed = variant("unnamed", {"0": "LABEL_0", "1": "LABEL_1"}, task=None, flip=False)
+    assert evaluate_task(unnamed, "sst2", max_examples=32)["accuracy"] == accuracy
+    assert "does not name its classes (id2label); they are read as task 'sst2''s labels in its order (negative, " \
+           "positive)" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")

@@ -67,7 +67,8 @@ def test_a_head_serves_the_task_it_was_trained_for_and_a_foreign_one_is_checked_
             check_head(sst2, get_task(other), "ckpt")
     # a Hugging Face task model names no genfeat task: a head of the task's kind and label count serves it
     check_head(_model("hf:BertForSequenceClassification"), get_task("cola"), "hf")
-    with pytest.raises(CheckpointError, match="with 2 labels.*needs a classification head with 3 labels"):
+    with pytest.raises(CheckpointError, match="with 2 labels.*needs a classification head with 3 labels. fix: evaluate it on "
+                       "a task that takes a classification head with 2 labels, or fine-tune for .mnli."):
         check_head(_model("hf:BertForSequenceClassification"), get_task("mnli"), "hf")
     # a span head points into its input, so it answers any span task (the article split of SQuAD's dev file)
     check_head(_model("squad_v1.1", "span"), get_task("squad_split"), "squad")

@@ -126,7 +126,7 @@ def _tar(path: Path, members: dict[str, str]) -> None:
 def scratch(tmp_path, monkeypatch):
     """A dataset 'scratch' whose files are whatever the test writes under tmp_path (no checksum)."""
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
-    files = {k: FileSpec(f"scratch/{k}", "http://invalid.example/", None) for k in ("tsv", "json", "tar.gz")}
+    files = {k: FileSpec(f"scratch/{k}", "http://invalid.example/", None) for k in ("tsv", "csv", "json", "tar.gz")}
     monkeypatch.setitem(registry._REGISTRY, "scratch", DatasetSpec("scratch", files))
     (tmp_path / "scratch").mkdir()
     return tmp_path / "scratch"
@@ -147,6 +147,17 @@ def test_bad_tsv_rows_name_file_and_line(scratch, rows, match):
     with pytest.raises(DataError, match=match) as e:
         load_task(_tsv_task(), "dev")
     assert str(scratch / "tsv") in str(e.value)
+
+
+def test_a_malformed_csv_row_names_file_and_line(scratch):
+    """AG News-style quoted CSV: a stray quote inside a field is an error at its line, not a silently merged text."""
+    spec = TaskSpec("c", "scratch", "csv", "single", {"dev": SplitSpec("csv", False, [1, 2], 0)}, ["accuracy"],
+                    ["1", "2"])
+    (scratch / "csv").write_text('"1","Title one","Desc, ""quoted"" one"\n"2","Title "two","Desc two"\n')
+    with pytest.raises(DataError, match=r"'.*csv' line 2 cannot be read \(',' expected after '\"'\)"):
+        load_task(spec, "dev")
+    (scratch / "csv").write_text('"1","Title one","Desc, ""quoted"" one"\n')
+    assert load_task(spec, "dev")[0].texts == ('Title one Desc, "quoted" one',)
 
 
 def test_a_spec_reading_columns_the_file_lacks(scratch):

@@ -53,6 +53,7 @@ from ..models.bert import BertForMaskedLM
 from ..models.gpt import GPTLMHeadModel
 from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
 from ..models.xlnet import XLNetLMHeadModel
+from ..tasks.catalog import TASKS
 from . import gather_converted, hf_gpt, hf_xlnet, load_converted, read_hf_weights, split_converted
 from .hf_bert import _name_map, hf_config_to_ours, ours_to_hf_config
 
@@ -78,26 +79,58 @@ def _head_kind(kind: str | None, n_out: int) -> str:
     return kind or ("regression" if n_out == 1 else "classification")
 
 
+def _class_names(hf_cfg: dict, n_out: int) -> list[str]:
+    """The classes ``id2label`` names, in id order; none when it names them as transformers' defaults
+    (``LABEL_0``...) do, i.e. says nothing."""
+    id2label = hf_cfg.get("id2label") or {}
+    try:
+        names = [str(id2label.get(str(i), id2label.get(i))) for i in range(n_out)]
+    except AttributeError:
+        return []
+    if len(id2label) != n_out or all(name.upper() == f"LABEL_{i}" for i, name in enumerate(names)):
+        return []
+    return names
+
+
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
                 max_len: int, **span: Any) -> FineTuneModel:
-    """``span``: HeadConfig's answerability, span_end and layer_norm_epsilon."""
+    """``span``: HeadConfig's answerability, span_end and layer_norm_epsilon. The input settings a genfeat export
+    wrote (:func:`_input_fields`) come back; a directory from elsewhere reads at most ``max_len`` tokens in one
+    segment, with a stride of half of it."""
     head = HeadConfig(kind=kind, n_labels=n_out if kind in ("classification", "regression") else 2,
                       d_model=backbone.config.d_model, pool=kind != "span" and get_adapter(backbone_name).pool,
                       dropout=dropout, **span)
-    return FineTuneModel(FineTuneConfig(task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
-                                        backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
-                                        doc_stride=max_len // 2, both_orders=False), backbone)
+    max_len = hf_cfg.get("genfeat_max_len", max_len)
+    return FineTuneModel(FineTuneConfig(
+        task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
+        backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
+        doc_stride=hf_cfg.get("genfeat_doc_stride", max_len // 2), max_segments=hf_cfg.get("genfeat_max_segments", 1),
+        both_orders=hf_cfg.get("genfeat_both_orders", False),
+        label_names=_class_names(hf_cfg, n_out) if kind == "classification" else []), backbone)
+
+
+def _input_fields(model: FineTuneModel) -> dict:
+    """HF config fields (genfeat's own, which transformers keeps) for the input settings the model was trained with:
+    read back, the directory reads its inputs as the genfeat checkpoint does."""
+    cfg = model.config
+    return {"genfeat_max_len": cfg.max_len, "genfeat_doc_stride": cfg.doc_stride,
+            "genfeat_max_segments": cfg.max_segments, "genfeat_both_orders": cfg.both_orders}
 
 
 def _label_fields(model: FineTuneModel) -> dict:
-    """HF config fields of a classification or regression head."""
+    """HF config fields of a classification or regression head: ``id2label`` names the task's classes (a genfeat
+    task's label names, else its labels) where the model knows them, else transformers' defaults."""
     head = model.config.head
     if head.kind not in ("classification", "regression"):
         return {}
+    spec = TASKS.get(model.config.task)
+    names = model.config.label_names or (spec.label_names or spec.labels if spec is not None else [])
+    if head.kind == "regression" or len(names) != head.n_labels:
+        names = [f"LABEL_{i}" for i in range(head.n_labels)]
     return {"num_labels": head.n_labels,
             "problem_type": "regression" if head.kind == "regression" else "single_label_classification",
-            "id2label": {str(i): f"LABEL_{i}" for i in range(head.n_labels)},
-            "label2id": {f"LABEL_{i}": i for i in range(head.n_labels)}}
+            "id2label": {str(i): name for i, name in enumerate(names)},
+            "label2id": {name: i for i, name in enumerate(names)}}
 
 
 def load_hf_task(path: str | Path) -> FineTuneModel:
@@ -112,11 +145,13 @@ def save_hf_task(model: FineTuneModel, path: str | Path) -> None:
     save(model, path)
 
 
-def from_double_heads(gpt: GPTLMHeadModel, where: str = "the model") -> FineTuneModel:
+def from_double_heads(gpt: GPTLMHeadModel, where: str = "the model", directory: str | Path | None = None
+                      ) -> FineTuneModel:
     """A multiple-choice FineTuneModel from a GPT-1 with the multiple-choice head (an OpenAIGPTDoubleHeadsModel
     directory loads as one) whose special tokens are known (``n_special`` >= 3, read from ``genfeat_n_special``;
     start, delimiter and extract the last three, as genfeat writes them). The multiple-choice head becomes
-    the task head; the LM head stays the tied token table."""
+    the task head; the LM head stays the tied token table. ``directory``: where ``gpt`` was read from, whose
+    config.json may hold the input settings of a genfeat export (:func:`_input_fields`)."""
     if not gpt.config.mc_head or gpt.config.n_special < 3:
         raise CheckpointError(f"{where} has no multiple-choice head, or does not say which of its tokens are GPT-1's "
                               f"start, delimiter and extract tokens (genfeat_n_special is {gpt.config.n_special})",
@@ -126,7 +161,10 @@ def from_double_heads(gpt: GPTLMHeadModel, where: str = "the model") -> FineTune
     state = gpt.state_dict()
     head_state = {f"head.out.{p}": state.pop(f"mc_proj.{p}") for p in ("weight", "bias")}
     backbone.load_state_dict(state)
-    model = _task_model(GPT_TASK, "gpt", backbone, {}, "multiple_choice", 1, gpt.config.mc_dropout,
+    config = Path(directory or "", "config.json")
+    hf_cfg = json.loads(config.read_text()) if directory is not None and config.is_file() else {}
+    inputs = {k: v for k, v in hf_cfg.items() if k.startswith("genfeat_") and k != "genfeat_n_special"}
+    model = _task_model(GPT_TASK, "gpt", backbone, inputs, "multiple_choice", 1, gpt.config.mc_dropout,
                         gpt.config.max_position)
     load_converted(model, {**model.state_dict(), **head_state}, [], "GPT-1 task model")
     return model.eval()
@@ -142,7 +180,7 @@ def save_hf_gpt_task(model: FineTuneModel, path: str | Path) -> None:
     head = model.head.state_dict()
     gpt.load_state_dict({**model.backbone.state_dict(), "mc_proj.weight": head["out.weight"],
                          "mc_proj.bias": head["out.bias"]})
-    hf_gpt.save_hf_gpt(gpt, path)
+    hf_gpt.save_hf_gpt(gpt, path, _input_fields(model))
 
 
 def load_hf_xlnet_task(path: str | Path) -> FineTuneModel:
@@ -227,7 +265,7 @@ def save_hf_xlnet_task(model: FineTuneModel, path: str | Path) -> None:
     hf = hf_xlnet.ours_to_hf_config(model.backbone.config)
     hf.update({"architectures": [arch], "finetuning_task": model.config.task, "summary_type": "last",
                "summary_use_proj": True, "summary_activation": "tanh", "summary_last_dropout": head.dropout,
-               **_label_fields(model), **extra})
+               **_label_fields(model), **_input_fields(model), **extra})
     (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
 
 
@@ -286,5 +324,5 @@ def save_hf_bert_task(model: FineTuneModel, path: str | Path) -> None:
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     hf = ours_to_hf_config(model.backbone.config)
     hf.update({"architectures": [arch], "finetuning_task": cfg.task, "classifier_dropout": cfg.head.dropout,
-               **_label_fields(model)})
+               **_label_fields(model), **_input_fields(model)})
     (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")

@@ -123,10 +123,11 @@ def load_hf_gpt(path: str | Path) -> GPTLMHeadModel:
     return model.eval()
 
 
-def save_hf_gpt(model: GPTLMHeadModel, path: str | Path) -> None:
-    """Write config.json + model.safetensors in the OpenAIGPTLMHeadModel (or OpenAIGPTDoubleHeadsModel) format."""
+def save_hf_gpt(model: GPTLMHeadModel, path: str | Path, extra: dict | None = None) -> None:
+    """Write config.json + model.safetensors in the OpenAIGPTLMHeadModel (or OpenAIGPTDoubleHeadsModel) format;
+    ``extra``: more config.json fields (a task model's input settings)."""
     path = Path(path)
-    hf_cfg = ours_to_hf_config(model.config)
+    hf_cfg = {**ours_to_hf_config(model.config), **(extra or {})}
     path.mkdir(parents=True, exist_ok=True)
     state = model.state_dict()
     tensors = {_TABLE: model.token_table().detach().contiguous().clone()}

@@ -474,14 +474,58 @@ def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
     if head.kind != kind or (kind == "classification" and head.n_labels != spec.n_labels):
         have = f"{head.kind} head" + (f" with {head.n_labels} labels" if head.kind == "classification" else "")
         need = f"{kind} head" + (f" with {spec.n_labels} labels" if kind == "classification" else "")
+        where = f"'{trained}'" if trained in TASKS else f"a task that takes a {have}"
         raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{trained}'), task "
                               f"'{spec.name}' needs a {need}",
-                              f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
+                              f"evaluate it on {where}, or fine-tune for '{spec.name}' (init: {path})")
     if head.kind in ("classification", "regression") and trained in TASKS and trained != spec.name:
         outputs = "labels" if head.kind == "classification" else "scores"
         raise CheckpointError(f"checkpoint '{path}' was fine-tuned for task '{trained}' and predicts its {outputs}, "
                               f"not those of task '{spec.name}'",
                               f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
+
+
+def _label_key(name: str) -> str:
+    return name.strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def align_labels(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
+    """Put a classification head's classes into ``spec``'s label order, in place.
+
+    A head from elsewhere (a Hugging Face task model) names its classes (``config.label_names``, its
+    ``id2label``) in an order of its own: MNLI models trained with transformers' run_glue score entailment,
+    neutral, contradiction where genfeat's MNLI reads contradiction, entailment, neutral. Each name is matched
+    to the task label it spells (the label as the files write it, or its ``label_names`` entry, case and
+    ``-`` / ``_`` / space aside) and the head's output rows are permuted to the task's order. A head whose names
+    are not the task's labels is refused; one that names no classes (transformers' ``LABEL_0``...) is read in
+    the task's order, as a note on stderr says."""
+    head = model.config.head
+    if head.kind != "classification":
+        return
+    names = model.config.label_names
+    if not names:
+        if model.config.task not in TASKS:
+            print(f"note: checkpoint '{path}' does not name its classes (id2label); they are read as task "
+                  f"'{spec.name}''s labels in its order ({', '.join(spec.label_names or spec.labels)}); if the "
+                  "model's order differs, set id2label in its config.json", file=sys.stderr)
+        return
+    keys = {}
+    for j, label in enumerate(spec.labels):
+        keys[_label_key(label)] = j
+        if spec.label_names:
+            keys[_label_key(spec.label_names[j])] = j
+    order = [keys.get(_label_key(name)) for name in names]
+    if None in order or sorted(order) != list(range(spec.n_labels)):
+        known = ", ".join(f"{label} ({name})" for label, name in zip(spec.labels, spec.label_names)) \
+            if spec.label_names else ", ".join(spec.labels)
+        raise CheckpointError(f"checkpoint '{path}' names its classes {names}, which are not task '{spec.name}''s "
+                              f"labels {known}", "set id2label in its config.json to the task's labels in the order "
+                              "of the model's classes, or evaluate it on the task it was trained for")
+    rows = [order.index(j) for j in range(spec.n_labels)]  # task class j <- the head's output row
+    with torch.no_grad():
+        for p in (model.head.out.weight, model.head.out.bias):
+            p.copy_(p[rows].clone())
+    model.config.label_names = list(spec.label_names or spec.labels)
 
 
 def check_vocab(backbone: nn.Module, vocab, where: str) -> None:
@@ -753,7 +797,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
     if getattr(model.config, "mc_head", False):
         from ..interop.hf_finetune import from_double_heads
 
-        model = from_double_heads(model, f"checkpoint '{checkpoint}'")
+        model = from_double_heads(model, f"checkpoint '{checkpoint}'", checkpoint)
     if not isinstance(model, FineTuneModel):
         arch = architecture_of(model)
         raise CheckpointError(f"checkpoint '{checkpoint}' holds a {arch} model without a task head",
@@ -762,6 +806,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
     check_head(model, spec, checkpoint)
+    align_labels(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))
     examples = load_task(spec, split, seed=squad_seed)
     if max_examples and predictions_file is not None and spec.reader == "tsv":

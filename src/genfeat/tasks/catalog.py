@@ -95,31 +95,34 @@ register(DatasetSpec("ag_news", {
 
 def _glue(name: str, dataset: str, transform: str, cols: list[int], label: int | None, metrics: list[str],
           labels: tuple[str, ...] = (), regression: bool = False, test_cols: list[int] | None = None,
-          header: bool = True, dev: tuple[str, ...] = ("dev",), tests: tuple[str, ...] = ("test",)) -> TaskSpec:
+          header: bool = True, dev: tuple[str, ...] = ("dev",), tests: tuple[str, ...] = ("test",),
+          names: tuple[str, ...] = ()) -> TaskSpec:
     splits = {"train": SplitSpec("train", header, cols, label)}
     splits.update({split: SplitSpec(split, header, cols, label) for split in dev})
     splits.update({split: SplitSpec(split, True, test_cols or cols, None) for split in tests})
-    return TaskSpec(name, dataset, "tsv", transform, splits, metrics, list(labels), regression)
+    return TaskSpec(name, dataset, "tsv", transform, splits, metrics, list(labels), regression, label_names=list(names))
 
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (
     # CoLA train/dev have no header: source, label, original label, sentence; test: index, sentence
     _glue("cola", "glue_cola", "single", [3], 1, ["matthews", "accuracy"], ["0", "1"], header=False,
-          test_cols=[1]),
-    _glue("sst2", "glue_sst2", "single", [0], 1, ["accuracy"], ["0", "1"], test_cols=[1]),
-    _glue("mrpc", "glue_mrpc", "similarity", [3, 4], 0, ["f1", "accuracy"], ["0", "1"]),
+          test_cols=[1], names=("unacceptable", "acceptable")),
+    _glue("sst2", "glue_sst2", "single", [0], 1, ["accuracy"], ["0", "1"], test_cols=[1], names=("negative", "positive")),
+    _glue("mrpc", "glue_mrpc", "similarity", [3, 4], 0, ["f1", "accuracy"], ["0", "1"],
+          names=("not_equivalent", "equivalent")),
     _glue("rte", "glue_rte", "pair", [1, 2], 3, ["accuracy"], ["entailment", "not_entailment"]),
     _glue("stsb", "glue_stsb", "similarity", [7, 8], 9, ["pearson", "spearman"], regression=True),
-    _glue("wnli", "glue_wnli", "pair", [1, 2], 3, ["accuracy"], ["0", "1"]),
+    _glue("wnli", "glue_wnli", "pair", [1, 2], 3, ["accuracy"], ["0", "1"], names=("not_entailment", "entailment")),
     _glue("mnli", "glue_mnli", "pair", [8, 9], -1, ["accuracy"], ["contradiction", "entailment", "neutral"],
           dev=("dev_matched", "dev_mismatched"), tests=("test_matched", "test_mismatched")),
     _glue("qnli", "glue_qnli", "pair", [1, 2], 3, ["accuracy"], ["entailment", "not_entailment"]),
-    _glue("qqp", "glue_qqp", "similarity", [3, 4], 5, ["accuracy", "f1"], ["0", "1"], test_cols=[1, 2]),
+    _glue("qqp", "glue_qqp", "similarity", [3, 4], 5, ["accuracy", "f1"], ["0", "1"], test_cols=[1, 2],
+          names=("not_duplicate", "duplicate")),
     TaskSpec("imdb", "imdb", "imdb", "single", {"train": SplitSpec("labeled"), "test": SplitSpec("labeled")},
-             ["accuracy"], ["neg", "pos"]),
+             ["accuracy"], ["neg", "pos"], label_names=["negative", "positive"]),
     TaskSpec("ag_news", "ag_news", "csv", "single",
              {split: SplitSpec(split, False, [1, 2], 0) for split in ("train", "test")},
-             ["accuracy"], ["1", "2", "3", "4"]),
+             ["accuracy"], ["1", "2", "3", "4"], label_names=["World", "Sports", "Business", "Sci/Tech"]),
     # RACE reads race/RACE/<split>/ when present; the registry file (train only) when it is not
     TaskSpec("race", "race", "race", "multiple_choice",
              {split: SplitSpec("train") for split in ("train", "dev", "test")}, ["accuracy"], ["A", "B", "C", "D"]),

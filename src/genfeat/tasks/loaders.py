@@ -76,7 +76,7 @@ def _text(text: str, where: str, what: str = "text field") -> str:
 def _read_delimited(spec: TaskSpec, split: str, path: Path) -> list[Example]:
     """GLUE TSV (no quoting, as GLUE's own readers) or AG News CSV (quoted); the MRPC header's BOM is dropped."""
     s = spec.splits[split]
-    fmt = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if spec.reader == "tsv" else {}
+    fmt = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if spec.reader == "tsv" else {"strict": True}
     examples = []
     with open(path, encoding="utf-8-sig", newline="") as f:
         rows = csv.reader(f, **fmt)

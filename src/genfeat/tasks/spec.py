@@ -71,6 +71,11 @@ class TaskSpec(Config):
     answerability head, and a model's answerability head may leave a question unanswered (""). False: every
     question is answered, whatever an answerability head says (a Hugging Face XLNetForQuestionAnswering trained
     on SQuAD 1.1 carries an untrained one)."""
+    label_names: list[str] = field(default_factory=list)
+    """What the labels mean, in the same order, where the files write numbers (SST-2's 0 / 1: negative /
+    positive, GLUE's and the ``datasets`` library's names); empty: the labels are their names. A Hugging Face
+    task model's ``id2label`` is matched against both (genfeat.methods.finetune.align_labels) and genfeat's
+    export writes the names."""
 
     def __post_init__(self):
         if not self.name or not self.dataset:
@@ -94,6 +99,10 @@ class TaskSpec(Config):
                               "name exactly the splits train, dev and test")
         if len(set(self.labels)) != len(self.labels):
             raise ConfigError(f"task '{self.name}' lists a label twice: {self.labels}", "list each label once")
+        if self.label_names and (len(self.label_names) != len(self.labels)
+                                 or len(set(self.label_names)) != len(self.label_names)):
+            raise ConfigError(f"task '{self.name}' names its {len(self.labels)} labels {self.labels} as "
+                              f"{self.label_names}", "give one distinct name per label, in the labels' order, or none")
         if self.reader in ("tsv", "csv"):
             for split, s in self.splits.items():
                 n = len(s.text_columns)
