@@ -1,6 +1,7 @@
 """The IMDB fine-tuning recipes (recipes/finetune/imdb_{xlnet,bert}.yaml) on the real reviews of ../shared/data for
-two steps, each from a tiny backbone given as init: the loader, XLNet reading a review as memory segments and a
-final segment, BERT cutting it to max_len, the cut reviews counted, and the two recipes reading the same reviews."""
+two steps, each from a tiny backbone given as init: the loader, XLNet and Transformer-XL reading a review as memory
+segments and a final segment, BERT cutting it to max_len, the cut reviews counted, and the two recipes reading the
+same reviews."""
 
 import os
 from pathlib import Path
@@ -103,3 +104,54 @@ def test_imdb_recipes_read_long_reviews_in_segments_with_xlnet_and_cut_them_with
         assert all(not it.memory and len(it.encoded.sequences[0].ids) == min(n + 2, 128)
                    for it, n in zip(items, lengths))
         assert cut == sum(n > 128 - 2 for n in lengths) > 0, f"{split}: every review longer than 126 tokens is cut"
+
+
+@pytest.mark.skipif(not (DATA / "imdb" / "aclImdb_v1_labeled.tar.gz").is_file(), reason="IMDB not in GENFEAT_DATA")
+def test_transformer_xl_reads_long_reviews_in_segments_with_memory(tmp_path, monkeypatch):
+    """The same recipe from a tiny word-level Transformer-XL: its adapter's ``A <eos>`` format, the review read as
+    up to 4 segments of 128 tokens (the earlier ones as memory) and scored; what its memory holds is the review's
+    start, the final segment its end."""
+    from collections import Counter
+
+    import genfeat.methods.finetune as finetune
+    from genfeat.data.vocab import EOS, UNK, SymbolVocab
+
+    monkeypatch.setenv("GENFEAT_DATA", str(DATA))
+    encoded = []
+    encode = finetune.encode_items
+
+    def keep(examples, spec, encoder, cfg, split):
+        items, cut = encode(examples, spec, encoder, cfg, split)
+        encoded.append((examples, items, cut))
+        return items, cut
+
+    monkeypatch.setattr(finetune, "encode_items", keep)
+    reviews = [ex.texts[0] for ex in finetune.load_task("imdb", "train")[::250]]     # 100 reviews
+    words = [w for w, _ in Counter(w for r in reviews for w in r.split()).most_common(1500)]
+    vocab = SymbolVocab([EOS, UNK, *words], "word", unk=UNK)
+    fields = {"n_token": len(vocab), "d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32,
+              "dropout": 0.0, "mem_len": 0}
+    save_pretrained(build_model("transformer_xl", fields), tmp_path / "txl", vocab)
+    result = run_recipe("recipes/finetune/imdb_xlnet.yaml", {
+        "init": str(tmp_path / "txl"), "steps": 2,
+        "data": {"max_train_examples": 8, "max_eval_examples": 8, "batch_size": 4, "eval_batch_size": 8}},
+        [0], out_dir=tmp_path / "run", progress=False)
+    assert result["steps"] == 2 and result["dev_examples"] == 8 and 0.0 <= result["dev_accuracy"] <= 1.0
+    model, _ = load_checkpoint(tmp_path / "run" / "final")
+    assert model.config.backbone == "transformer_xl" and (model.config.max_len, model.config.max_segments) == (128, 4)
+    u = 128 - 1                                                   # A <eos>
+    read_whole = 0
+    for examples, items, cut in encoded:
+        lost = 0
+        for ex, it in zip(examples, items):
+            ids = vocab.encode(ex.texts[0])
+            seq = it.encoded.sequences[0].ids
+            assert seq[-1] == vocab.index[EOS]
+            tail = seq[:-1]
+            assert len(tail) <= u and tail == ids[len(ids) - len(tail):], "the final segment ends the review"
+            assert len(it.memory) <= 3 and bool(it.memory) == (len(ids) > u)
+            start, end = len(ids) - len(tail), memory_end(ids, it.memory, u)
+            lost += start > end
+            read_whole += bool(it.memory) and start <= end
+        assert lost == cut
+    assert read_whole > 0, "some reviews are longer than a segment and read whole through the memory"
