@@ -28,7 +28,13 @@ genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
   evaluate --task`` does), when the directory says which tokens are the special ones (``genfeat_n_special``,
   as hf_gpt writes it), the last three being start, delimiter and extract.
 
-A pair is read in one order (``both_orders`` false), as the HF models were trained. HF task models
+Classes: an ``id2label`` that names them (not transformers' ``LABEL_0``...) becomes the head's ``label_names``,
+matched to a task's labels before it scores that task (genfeat.methods.finetune.align_labels); the export writes
+the task's label names. Inputs: the export also writes how the model reads them (``genfeat_max_len``,
+``genfeat_doc_stride``, ``genfeat_max_segments``, ``genfeat_both_orders``, which transformers keeps as config
+attributes) and the import reads them back; a directory without them is read as the HF models read their inputs:
+at most the model's positions (BERT, GPT-1) or 512 tokens (XLNet) in one segment, and a pair in one order
+(``both_orders`` false), as the HF models were trained. HF task models
 have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
 whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
 ``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
