@@ -121,7 +121,7 @@ def test_a_small_valid_file_loads(tmp_path):
     assert d.labelled[0].paragraph.span_text(d.labelled[0].start, d.labelled[0].end) == "France"
 
 
-@pytest.mark.parametrize("kwargs, match", [({"offset": 3}, r"squad.json' article \d paragraph 0 question q\d: "
+@pytest.mark.parametrize("kwargs, match", [({"offset": 3}, r"squad.json' article \d paragraph 0 question q\d \(line \d+\): "
                                                           r"answer 'France' is not at offset 3"),
                                            ({"context": "  "}, r"squad.json' article \d paragraph 0: the context is empty")])
 def test_bad_squad_records_name_file_and_record(tmp_path, kwargs, match):

@@ -190,7 +190,14 @@ def test_bad_squad_records(scratch):
     path.write_text(json.dumps(_squad()))
     assert load_task(_squad_task(), "dev")[0].answers == (("cat", 4),)
     path.write_text(json.dumps(_squad(answer=("cat", 3))))
-    with pytest.raises(DataError, match="article 0 paragraph 0 question q1: answer 'cat' is not at offset 3"):
+    with pytest.raises(DataError, match=r"article 0 paragraph 0 question q1 \(line 1\): answer 'cat' is not at offset 3"):
+        load_task(_squad_task(), "dev")
+    bad = _squad()
+    bad["data"][0]["paragraphs"][0]["qas"].append({"id": "q2", "question": "Where?"})     # no answers
+    path.write_text(json.dumps(bad, indent=1))
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"q2"' in line) + 1
+    with pytest.raises(DataError, match=rf"article 0 question q2 \(line {at}\) lacks a SQuAD field.*'answers'"):
         load_task(_squad_task(), "dev")
     path.write_text(json.dumps(_squad(), indent=1)[:-30])
     with pytest.raises(DataError, match=r"line \d+ is not valid JSON"):
@@ -207,7 +214,7 @@ def test_squad_v2_unanswerable_questions(scratch):
     assert [e.answers for e in load_task(_squad_task(), "dev")] == [(("cat", 4),), ()]
     del data["data"][0]["paragraphs"][0]["qas"][1]["is_impossible"]
     (scratch / "json").write_text(json.dumps(data))
-    with pytest.raises(DataError, match="question q2 has no answer and is not marked is_impossible"):
+    with pytest.raises(DataError, match=r"question q2 \(line 1\) has no answer and is not marked is_impossible"):
         load_task(_squad_task(), "dev")
 
 

@@ -197,21 +197,29 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
     """Questions of a SQuAD v1.1/v2.0 file (v2.0's unanswerable ones with no answers); with
     ``article_split`` only the articles of that part of the seeded split."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        raw = path.read_text(encoding="utf-8")
+        data = json.loads(raw)["data"]
     except json.JSONDecodeError as e:
         raise DataError(f"'{path}' line {e.lineno} is not valid JSON ({e.msg})", "fetch the canonical file") from None
     except (KeyError, TypeError, UnicodeDecodeError) as e:
         raise DataError(f"'{path}' is not a SQuAD file (no top-level 'data' list: {e})",
                         "pass a SQuAD v1.1 or v2.0 JSON file") from None
     chosen = range(len(data)) if article_split is None else squad_articles(len(data), article_split, seed)
+    def line_of(qid) -> str:  # the file's line holding the question's id (ids are unique, plain strings)
+        at = raw.find(json.dumps(qid))
+        return f" (line {raw.count(chr(10), 0, at) + 1})" if isinstance(qid, str) and at >= 0 else ""
+
     examples = []
     for a in chosen:
+        qid = None
         try:
             for p, paragraph in enumerate(data[a]["paragraphs"]):
                 where = f"'{path}' article {a} paragraph {p}"
+                qid = None
                 context = _text(paragraph["context"], where, "context")
                 for qa in paragraph["qas"]:
-                    where_q = f"{where} question {qa['id']}"
+                    qid = qa["id"]
+                    where_q = f"{where} question {qid}{line_of(qid)}"
                     answers = tuple((ans["text"], int(ans["answer_start"])) for ans in qa["answers"])
                     for text, start in answers:
                         if context[start:start + len(text)] != text:
@@ -223,7 +231,8 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
                     examples.append(Example(qa["id"], (_text(qa["question"], where_q, "question"), context),
                                             answers=answers))
         except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"'{path}' article {a} lacks a SQuAD field or has one of the wrong type "
+            at = f" question {qid}{line_of(qid)}" if qid is not None else ""
+            raise DataError(f"'{path}' article {a}{at} lacks a SQuAD field or has one of the wrong type "
                             f"({type(e).__name__}: {e})",
                             "each paragraph needs context and qas; each question id, question, answers") from None
     return examples
