@@ -29,8 +29,9 @@ Three sub-commands:
         pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
         status, wall seconds and the run's ``--json`` result), so a run stopped at ``--deadline`` (jobs still
         running are killed, those not started are listed as such) or by a timeout keeps what finished; a job
-        whose output folder in RUNS holds a finished run is not run again (a second call on the same RUNS
-        goes on where the first stopped). ``--text DIR`` reads the pretraining text from DIR's files of
+        whose output folder in RUNS holds a finished run is not run again, and a fine-tuning job killed by an
+        earlier call resumes (``--resume``) from its last checkpoint, which it writes every 100 steps (a second
+        call on the same RUNS goes on where the first stopped). ``--text DIR`` reads the pretraining text from DIR's files of
         ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to a few steps on a
         few examples: a check of the commands, not a result.
 
@@ -57,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from genfeat.framework.checkpoint import has_checkpoint  # noqa: E402
 
 PRETRAIN = {  # run name -> recipe
     "pretrain_k6": "recipes/xlnet/pretrain_k6.yaml",
@@ -86,6 +89,7 @@ T5_ROWS = {"gpt": ("gpt", "gpt_pretrain"), "gpt_noaux": ("gpt_noaux", "gpt_pretr
            "lstm": ("lstm", "pretrain_lstm"), "gpt_nopretrain": ("gpt_nopretrain", None)}
 T5_TASKS = ("sst2", "stsb", "mrpc", "rte")
 
+SAVE_EVERY = 100  # fine-tuning steps between checkpoints (OUT/last), from which a job killed at a deadline resumes
 TEXT_FILES = {"train": ("imdb:train", 10_000, "imdb_train.txt"), "valid": ("imdb:valid", 100, "imdb_valid.txt")}
 
 SMOKE_PRETRAIN = ["--steps", "4", "--train.eval_every", "2", "--train.log_every", "2", "--data.max_documents", "200",
@@ -105,7 +109,6 @@ class Job:
 
 def export_text(out: Path) -> None:
     """Writes TEXT_FILES into ``out`` and checks that genfeat reads them back as the same documents."""
-    sys.path.insert(0, str(ROOT / "src"))
     from genfeat.data.documents import read_documents
 
     out.mkdir(parents=True, exist_ok=True)
@@ -150,7 +153,8 @@ def jobs(runs: Path, text: Path | None, seeds: list[int], smoke: bool, fig2_step
                     for t5_task in T5_TASKS for row, (suffix, pre) in T5_ROWS.items()]
     for job in out:
         if job.meta["kind"] != "pretrain":
-            job.argv += ["--seed", str(job.meta["seed"]), "--out", str(runs / job.out)]
+            job.argv += ["--seed", str(job.meta["seed"]), "--out", str(runs / job.out), "--train.save_every",
+                         str(SAVE_EVERY)]
             if smoke:  # (a random init's tokenizer is trained on the few texts: a smaller vocabulary)
                 job.argv += SMOKE_FINETUNE + ([] if job.needs else ["--vocab_size", "400"])
     return out
@@ -207,7 +211,10 @@ def run_grid(args) -> int:
                 done[job.name] = 0
             elif len(running) < args.workers and (dep is None or dep in done):
                 pending.remove(job)
-                cmd = [sys.executable, "-m", "genfeat.cli", "run", *job.argv, "--json", "--overwrite"]
+                resume = has_checkpoint(runs / job.out / "last")  # killed by an earlier call: go on from there
+                cmd = [sys.executable, "-m", "genfeat.cli", "run", *job.argv, "--json",
+                       "--resume" if resume else "--overwrite"]
+                job.meta["resumed"] = resume
                 with open(runs / "logs" / f"{job.name}.out", "w") as o, open(runs / "logs" / f"{job.name}.err", "w") as e:
                     running[job.name] = (job, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=o, stderr=e), time.time())
         if over:

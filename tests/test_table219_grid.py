@@ -66,12 +66,14 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
         "if out.endswith('/pretrain_k6'):\n"
         "    sys.exit('error: broken recipe')\n"
         "import pathlib\n"
-        "pathlib.Path(out).mkdir(parents=True)\n"
+        "pathlib.Path(out).mkdir(parents=True, exist_ok=True)\n"
         "pathlib.Path(out, 'results.json').write_text('{}')\n"
-        "print(json.dumps({'dev_accuracy_mean': 0.5, 'steps_mean': 1, 'valid_loss_mean': 1.0}))\n")
+        "print(json.dumps({'dev_accuracy_mean': 0.5, 'steps_mean': 1, 'valid_loss_mean': 1.0,\n"
+        "                  'flags': [f for f in a if f in ('--resume', '--overwrite')]}))\n")
     runs = tmp_path / "runs"
     (runs / "ft" / "t219_rte_bert_s0").mkdir(parents=True)
     (runs / "ft" / "t219_rte_bert_s0" / "results.json").write_text("{}")
+    (runs / "ft" / "t219_rte_nsp_s0" / "last").mkdir(parents=True)       # killed by an earlier call after a checkpoint
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setattr(grid, "ROOT", tmp_path)  # the stand-in's folder comes first on PYTHONPATH
     monkeypatch.setattr(grid, "T219_TASKS", ("rte",))
@@ -88,6 +90,9 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
     assert records["t219_rte_xlnet_k6_s0"]["rc"] is None
     assert records["t219_rte_xlnet_k6_s0"]["note"] == "pre_pretrain_k6 failed"
     assert records["t219_rte_nsp_s0"]["rc"] == 0 and records["t219_rte_nsp_s0"]["result"]["dev_accuracy_mean"] == 0.5
+    assert records["t219_rte_nsp_s0"]["result"]["flags"] == ["--resume"] and records["t219_rte_nsp_s0"]["resumed"]
+    assert records["t219_rte_dae_txl_s0"]["result"]["flags"] == ["--overwrite"]
+    assert records["t219_rte_dae_txl_s0"]["argv"][-2:] == ["--train.save_every", "100"]
     assert "t219_rte_bert_s0" not in records                             # finished before: not run again
     assert "t219_rte_no_span_s0" not in records and records["t219_rte_no_bidir_s0"]["rc"] == 0  # --done
     assert records["t219_race_xlnet_k6_s0"]["rc"] is None and records["t219_race_bert_s0"]["rc"] == 0
