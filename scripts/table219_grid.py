@@ -29,9 +29,9 @@ Three sub-commands:
         pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
         status, wall seconds and the run's ``--json`` result), so a run stopped at ``--deadline`` (jobs still
         running are killed, those not started are listed as such) or by a timeout keeps what finished; a job
-        whose output folder in RUNS holds a finished run is not run again, and a fine-tuning job killed by an
-        earlier call resumes (``--resume``) from its last checkpoint, which it writes every 100 steps (a second
-        call on the same RUNS goes on where the first stopped). ``--text DIR`` reads the pretraining text from DIR's files of
+        whose output folder in RUNS holds a finished run is not run again, and a job killed by an earlier call
+        resumes (``--resume``) from its last checkpoint (a fine-tuning job writes one every 100 steps; a
+        pretraining one as its recipe says), so a second call on the same RUNS goes on where the first stopped. ``--text DIR`` reads the pretraining text from DIR's files of
         ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to a few steps on a
         few examples: a check of the commands, not a result.
 
@@ -170,7 +170,8 @@ def run_grid(args) -> int:
     if args.done:  # fine-tuning cells that an earlier grid (another machine) finished
         finished = {r["name"] for r in read_records(args.done) if r["rc"] == 0 and r["result"] and r["kind"] != "pretrain"}
         pending = [j for j in pending if j.name not in finished]
-    needed = {j.needs for j in pending if j.meta["kind"] != "pretrain"}  # pretraining no kept cell needs is not run
+    needed = {j.needs for j in pending  # pretraining that no cell left to run needs is not run
+              if j.meta["kind"] != "pretrain" and not (runs / j.out / "results.json").is_file()}
     pending = [j for j in pending if j.meta["kind"] != "pretrain" or j.out in needed or j.out.startswith("fig2_")]
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

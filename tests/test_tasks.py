@@ -199,6 +199,10 @@ def test_bad_squad_records(scratch):
     at = next(i for i, line in enumerate(lines) if '"q2"' in line) + 1
     with pytest.raises(DataError, match=rf"article 0 question q2 \(line {at}\) lacks a SQuAD field.*'answers'"):
         load_task(_squad_task(), "dev")
+    del bad["data"][0]["paragraphs"][0]["qas"][1]["id"]
+    path.write_text(json.dumps(bad, indent=1))
+    with pytest.raises(DataError, match=r"json' article 0 lacks a SQuAD field.*KeyError: 'id'"):
+        load_task(_squad_task(), "dev")
     path.write_text(json.dumps(_squad(), indent=1)[:-30])
     with pytest.raises(DataError, match=r"line \d+ is not valid JSON"):
         load_task(_squad_task(), "dev")
@@ -247,6 +251,11 @@ def test_task_spec_checks():
         TaskSpec("x", "d", "tsv", "pair", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["a", "b"])
     with pytest.raises(ConfigError, match="expected one of"):
         TaskSpec("x", "d", "tsv", "triple", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["a", "b"])
+    for names, match in ((["no"], "names its 2 labels"), (["no", "no"], "names its 2 labels"),
+                         (["1", "0"], "names label '0' '1', which is another of its labels")):
+        with pytest.raises(ConfigError, match=match):
+            TaskSpec("x", "d", "tsv", "single", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["0", "1"],
+                     label_names=names)
     with pytest.raises(DataError, match="task 'sst2' has no split 'validation'"):
         load_task("sst2", "validation")
     assert {"cola", "sst2", "mrpc", "rte", "stsb", "wnli", "imdb", "race", "squad_split"} <= set(TASKS)

@@ -28,9 +28,9 @@ genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
   evaluate --task`` does), when the directory says which tokens are the special ones (``genfeat_n_special``,
   as hf_gpt writes it), the last three being start, delimiter and extract.
 
-Classes: an ``id2label`` that names them (not transformers' ``LABEL_0``...) becomes the head's ``label_names``,
-matched to a task's labels before it scores that task (genfeat.methods.finetune.align_labels); the export writes
-the task's label names. Inputs: the export also writes how the model reads them (``genfeat_max_len``,
+Classes: ``id2label`` becomes the head's ``label_names``, matched to a task's labels before it scores that task
+(genfeat.methods.finetune.align_labels; transformers' ``LABEL_0``... name nothing and are read in the task's
+order, with a note); the export writes the task's label names. Inputs: the export also writes how the model reads them (``genfeat_max_len``,
 ``genfeat_doc_stride``, ``genfeat_max_segments``, ``genfeat_both_orders``, which transformers keeps as config
 attributes) and the import reads them back; a directory without them is read as the HF models read their inputs:
 at most the model's positions (BERT, GPT-1) or 512 tokens (XLNet) in one segment, and a pair in one order
@@ -86,16 +86,14 @@ def _head_kind(kind: str | None, n_out: int) -> str:
 
 
 def _class_names(hf_cfg: dict, n_out: int) -> list[str]:
-    """The classes ``id2label`` names, in id order; none when it names them as transformers' defaults
-    (``LABEL_0``...) do, i.e. says nothing."""
-    id2label = hf_cfg.get("id2label") or {}
-    try:
-        names = [str(id2label.get(str(i), id2label.get(i))) for i in range(n_out)]
-    except AttributeError:
-        return []
-    if len(id2label) != n_out or all(name.upper() == f"LABEL_{i}" for i, name in enumerate(names)):
-        return []
-    return names
+    """The classes as ``id2label`` names them, in id order; transformers' defaults (``LABEL_0``...) when it does
+    not name every one of them."""
+    id2label = hf_cfg.get("id2label")
+    generic = [f"LABEL_{i}" for i in range(n_out)]
+    if not isinstance(id2label, dict) or len(id2label) != n_out:
+        return generic
+    names = [id2label.get(str(i), id2label.get(i)) for i in range(n_out)]
+    return generic if None in names else [str(name) for name in names]
 
 
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,

@@ -497,17 +497,17 @@ def align_labels(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None
     neutral, contradiction where genfeat's MNLI reads contradiction, entailment, neutral. Each name is matched
     to the task label it spells (the label as the files write it, or its ``label_names`` entry, case and
     ``-`` / ``_`` / space aside) and the head's output rows are permuted to the task's order. A head whose names
-    are not the task's labels is refused; one that names no classes (transformers' ``LABEL_0``...) is read in
-    the task's order, as a note on stderr says."""
+    are not the task's labels is refused; one that names no classes (transformers' ``LABEL_0``..., as run_glue
+    leaves them even for MNLI) is read in the task's order, as a note on stderr says. A head genfeat trained has
+    no ``label_names``: its classes are its task's, in order."""
     head = model.config.head
-    if head.kind != "classification":
-        return
     names = model.config.label_names
-    if not names:
-        if model.config.task not in TASKS:
-            print(f"note: checkpoint '{path}' does not name its classes (id2label); they are read as task "
-                  f"'{spec.name}''s labels in its order ({', '.join(spec.label_names or spec.labels)}); if the "
-                  "model's order differs, set id2label in its config.json", file=sys.stderr)
+    if head.kind != "classification" or not names:
+        return
+    if all(name.upper() == f"LABEL_{i}" for i, name in enumerate(names)):
+        print(f"note: checkpoint '{path}' does not name its classes (id2label {', '.join(names)}); they are read as "
+              f"task '{spec.name}''s labels in its order ({', '.join(spec.label_names or spec.labels)}); if the "
+              "model's order differs, set id2label in its config.json", file=sys.stderr)
         return
     keys = {}
     for j, label in enumerate(spec.labels):

@@ -467,8 +467,9 @@ class FineTuneConfig(Config):
     as BERT's and XLNet's own fine-tuning and the Hugging Face task models read a pair."""
     label_names: list[str] = field(default_factory=list)
     """Classification heads from elsewhere: what each output class means, in class-id order (a Hugging Face
-    task model's ``id2label``), matched against the task's labels before the head is used
-    (genfeat.methods.finetune.align_labels); empty: the classes are ``task``'s labels in its order."""
+    task model's ``id2label``, transformers' ``LABEL_0``... defaults included), matched against the task's labels
+    before the head is used (genfeat.methods.finetune.align_labels); empty (a head genfeat trained): the classes
+    are ``task``'s labels in its order."""
 
     def __post_init__(self):
         if not self.task:

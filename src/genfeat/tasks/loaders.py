@@ -205,9 +205,15 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
         raise DataError(f"'{path}' is not a SQuAD file (no top-level 'data' list: {e})",
                         "pass a SQuAD v1.1 or v2.0 JSON file") from None
     chosen = range(len(data)) if article_split is None else squad_articles(len(data), article_split, seed)
-    def line_of(qid) -> str:  # the file's line holding the question's id (ids are unique, plain strings)
-        at = raw.find(json.dumps(qid))
-        return f" (line {raw.count(chr(10), 0, at) + 1})" if isinstance(qid, str) and at >= 0 else ""
+    def line_of(qid) -> str:
+        """The file's line holding question ``qid`` (ids are unique strings), for an error only: it scans the file."""
+        if not isinstance(qid, str):
+            return ""
+        for written in (json.dumps(qid), json.dumps(qid, ensure_ascii=False)):
+            at = raw.find(written)
+            if at >= 0:
+                return f" (line {raw.count(chr(10), 0, at) + 1})"
+        return ""
 
     examples = []
     for a in chosen:
@@ -218,18 +224,22 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
                 qid = None
                 context = _text(paragraph["context"], where, "context")
                 for qa in paragraph["qas"]:
+                    qid = None                  # a question without an id must not be named as the one before
                     qid = qa["id"]
-                    where_q = f"{where} question {qid}{line_of(qid)}"
-                    answers = tuple((ans["text"], int(ans["answer_start"])) for ans in qa["answers"])
-                    for text, start in answers:
-                        if context[start:start + len(text)] != text:
-                            raise DataError(f"{where_q}: answer {text!r} is not at offset {start} of the context",
-                                            "fix answer_start or the answer text")
-                    if not answers and not qa.get("is_impossible", False):
-                        raise DataError(f"{where_q} has no answer and is not marked is_impossible",
-                                        "give the question an answer (v1.1) or set is_impossible (v2.0)")
-                    examples.append(Example(qa["id"], (_text(qa["question"], where_q, "question"), context),
-                                            answers=answers))
+                    where_q = f"{where} question {qid}"
+                    try:
+                        answers = tuple((ans["text"], int(ans["answer_start"])) for ans in qa["answers"])
+                        for text, start in answers:
+                            if context[start:start + len(text)] != text:
+                                raise DataError(f"{where_q}: answer {text!r} is not at offset {start} of the context",
+                                                "fix answer_start or the answer text")
+                        if not answers and not qa.get("is_impossible", False):
+                            raise DataError(f"{where_q} has no answer and is not marked is_impossible",
+                                            "give the question an answer (v1.1) or set is_impossible (v2.0)")
+                        question = _text(qa["question"], where_q, "question")
+                    except DataError as e:
+                        raise DataError(e.cause.replace(where_q, where_q + line_of(qid), 1), e.fix) from None
+                    examples.append(Example(qid, (question, context), answers=answers))
         except (KeyError, TypeError, ValueError) as e:
             at = f" question {qid}{line_of(qid)}" if qid is not None else ""
             raise DataError(f"'{path}' article {a}{at} lacks a SQuAD field or has one of the wrong type "

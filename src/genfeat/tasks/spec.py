@@ -103,6 +103,11 @@ class TaskSpec(Config):
                                  or len(set(self.label_names)) != len(self.label_names)):
             raise ConfigError(f"task '{self.name}' names its {len(self.labels)} labels {self.labels} as "
                               f"{self.label_names}", "give one distinct name per label, in the labels' order, or none")
+        for j, name in enumerate(self.label_names):
+            clash = [label for k, label in enumerate(self.labels) if k != j and label.lower() == name.lower()]
+            if clash:
+                raise ConfigError(f"task '{self.name}' names label {self.labels[j]!r} {name!r}, which is another of "
+                                  "its labels", "give each label a name that is not another label")
         if self.reader in ("tsv", "csv"):
             for split, s in self.splits.items():
                 n = len(s.text_columns)
