@@ -23,17 +23,16 @@ Three sub-commands:
         ``--only`` keeps the fine-tuning jobs whose name (``t219_TASK_ROW_sSEED``, ``t5_TASK_ROW_sSEED``)
         holds one of the PARTs; ``--done`` drops the fine-tuning jobs that the given results.jsonl files (of
         earlier grids, e.g. docs/data/table219_grid_*.jsonl.gz) record as finished; of the pretraining runs only
-        those that a remaining fine-tuning job needs are run.
-        ``--fig2-steps N`` adds GPT-1's and the LSTM's
-        pretraining recipes run for N steps (zero-shot SST-2 evaluated every N/20), right after the
-        pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
+        those that a remaining fine-tuning job needs are run. ``--fig2-steps N`` adds GPT-1's and the LSTM's
+        pretraining recipes run for N steps (zero-shot SST-2 evaluated every N/20), right after the pretraining. Each finished job appends one line to OUT/results.jsonl at once (name, command, exit
         status, wall seconds and the run's ``--json`` result), so a run stopped at ``--deadline`` (jobs still
         running are killed, those not started are listed as such) or by a timeout keeps what finished; a job
         whose output folder in RUNS holds a finished run is not run again, and a job killed by an earlier call
         resumes (``--resume``) from its last checkpoint (a fine-tuning job writes one every 100 steps; a
-        pretraining one as its recipe says), so a second call on the same RUNS goes on where the first stopped. ``--text DIR`` reads the pretraining text from DIR's files of
-        ``export-text`` instead of imdb:train / imdb:valid. ``--smoke`` shrinks every job to a few steps on a
-        few examples: a check of the commands, not a result.
+        pretraining one as its recipe says), so a second call on the same RUNS goes on where the first stopped.
+        ``--text DIR`` reads the pretraining text from DIR's files of ``export-text`` instead of imdb:train /
+        imdb:valid. ``--smoke`` shrinks every job to a few steps on a few examples: a check of the commands, not
+        a result.
 
     python scripts/table219_grid.py report OUT/results.jsonl [...]   (.jsonl.gz too)
         prints the grid's tables in Markdown: per cell the median over the seeds that finished, their count and

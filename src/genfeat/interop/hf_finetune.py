@@ -30,11 +30,11 @@ genfeat.interop.hf_bert and hf_xlnet convert them; the heads map one to one:
 
 Classes: ``id2label`` becomes the head's ``label_names``, matched to a task's labels before it scores that task
 (genfeat.methods.finetune.align_labels; transformers' ``LABEL_0``... name nothing and are read in the task's
-order, with a note); the export writes the task's label names. Inputs: the export also writes how the model reads them (``genfeat_max_len``,
-``genfeat_doc_stride``, ``genfeat_max_segments``, ``genfeat_both_orders``, which transformers keeps as config
-attributes) and the import reads them back; a directory without them is read as the HF models read their inputs:
-at most the model's positions (BERT, GPT-1) or 512 tokens (XLNet) in one segment, and a pair in one order
-(``both_orders`` false), as the HF models were trained. HF task models
+order, with a note); the export writes the task's label names. Inputs: the export also writes how the model
+reads them (``genfeat_max_len``, ``genfeat_doc_stride``, ``genfeat_max_segments``, ``genfeat_both_orders``,
+which transformers keeps as config attributes) and the import reads them back; a directory without them is read
+as the HF models read their inputs: at most the model's positions (BERT, GPT-1) or 512 tokens (XLNet) in one
+segment, and a pair in one order (``both_orders`` false), as the HF models were trained. HF task models
 have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
 whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
 ``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
@@ -85,15 +85,19 @@ def _head_kind(kind: str | None, n_out: int) -> str:
     return kind or ("regression" if n_out == 1 else "classification")
 
 
+def _default_names(n: int) -> list[str]:
+    """transformers' names for classes nobody named."""
+    return [f"LABEL_{i}" for i in range(n)]
+
+
 def _class_names(hf_cfg: dict, n_out: int) -> list[str]:
-    """The classes as ``id2label`` names them, in id order; transformers' defaults (``LABEL_0``...) when it does
-    not name every one of them."""
+    """The classes as ``id2label`` names them, in id order; transformers' defaults when it does not name every one
+    of them."""
     id2label = hf_cfg.get("id2label")
-    generic = [f"LABEL_{i}" for i in range(n_out)]
     if not isinstance(id2label, dict) or len(id2label) != n_out:
-        return generic
+        return _default_names(n_out)
     names = [id2label.get(str(i), id2label.get(i)) for i in range(n_out)]
-    return generic if None in names else [str(name) for name in names]
+    return _default_names(n_out) if None in names else [str(name) for name in names]
 
 
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
@@ -128,9 +132,9 @@ def _label_fields(model: FineTuneModel) -> dict:
     if head.kind not in ("classification", "regression"):
         return {}
     spec = TASKS.get(model.config.task)
-    names = model.config.label_names or (spec.label_names or spec.labels if spec is not None else [])
+    names = model.config.label_names or (spec.class_names if spec is not None else [])
     if head.kind == "regression" or len(names) != head.n_labels:
-        names = [f"LABEL_{i}" for i in range(head.n_labels)]
+        names = _default_names(head.n_labels)
     return {"num_labels": head.n_labels,
             "problem_type": "regression" if head.kind == "regression" else "single_label_classification",
             "id2label": {str(i): name for i, name in enumerate(names)},

@@ -485,10 +485,6 @@ def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
                               f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
 
 
-def _label_key(name: str) -> str:
-    return name.strip().lower().replace("-", "_").replace(" ", "_")
-
-
 def align_labels(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
     """Put a classification head's classes into ``spec``'s label order, in place.
 
@@ -506,15 +502,10 @@ def align_labels(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None
         return
     if all(name.upper() == f"LABEL_{i}" for i, name in enumerate(names)):
         print(f"note: checkpoint '{path}' does not name its classes (id2label {', '.join(names)}); they are read as "
-              f"task '{spec.name}''s labels in its order ({', '.join(spec.label_names or spec.labels)}); if the "
+              f"task '{spec.name}''s labels in its order ({', '.join(spec.class_names)}); if the "
               "model's order differs, set id2label in its config.json", file=sys.stderr)
         return
-    keys = {}
-    for j, label in enumerate(spec.labels):
-        keys[_label_key(label)] = j
-        if spec.label_names:
-            keys[_label_key(spec.label_names[j])] = j
-    order = [keys.get(_label_key(name)) for name in names]
+    order = [spec.class_of(name) for name in names]
     if None in order or sorted(order) != list(range(spec.n_labels)):
         known = ", ".join(f"{label} ({name})" for label, name in zip(spec.labels, spec.label_names)) \
             if spec.label_names else ", ".join(spec.labels)
@@ -525,7 +516,7 @@ def align_labels(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None
     with torch.no_grad():
         for p in (model.head.out.weight, model.head.out.bias):
             p.copy_(p[rows].clone())
-    model.config.label_names = list(spec.label_names or spec.labels)
+    model.config.label_names = spec.class_names
 
 
 def check_vocab(backbone: nn.Module, vocab, where: str) -> None:

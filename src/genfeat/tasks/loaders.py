@@ -205,6 +205,7 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
         raise DataError(f"'{path}' is not a SQuAD file (no top-level 'data' list: {e})",
                         "pass a SQuAD v1.1 or v2.0 JSON file") from None
     chosen = range(len(data)) if article_split is None else squad_articles(len(data), article_split, seed)
+
     def line_of(qid) -> str:
         """The file's line holding question ``qid`` (ids are unique strings), for an error only: it scans the file."""
         if not isinstance(qid, str):

@@ -40,6 +40,11 @@ class SplitSpec(Config):
             raise ConfigError("SplitSpec.file is empty", "name a file key of the task's dataset")
 
 
+def _label_key(text: str) -> str:
+    """A label or label name as names are compared: case and ``-`` / ``_`` / space aside."""
+    return text.strip().lower().replace("-", "_").replace(" ", "_")
+
+
 @dataclass
 class TaskSpec(Config):
     """A target task. Classification when ``labels`` is given, regression when ``regression`` is set,
@@ -104,8 +109,7 @@ class TaskSpec(Config):
             raise ConfigError(f"task '{self.name}' names its {len(self.labels)} labels {self.labels} as "
                               f"{self.label_names}", "give one distinct name per label, in the labels' order, or none")
         for j, name in enumerate(self.label_names):
-            clash = [label for k, label in enumerate(self.labels) if k != j and label.lower() == name.lower()]
-            if clash:
+            if any(k != j and _label_key(name) == _label_key(label) for k, label in enumerate(self.labels)):
                 raise ConfigError(f"task '{self.name}' names label {self.labels[j]!r} {name!r}, which is another of "
                                   "its labels", "give each label a name that is not another label")
         if self.reader in ("tsv", "csv"):
@@ -115,6 +119,19 @@ class TaskSpec(Config):
                     raise ConfigError(f"task '{self.name}' split '{split}' has {len(s.text_columns)} text columns, "
                                       f"the {self.transform} transformation takes {N_TEXTS[self.transform]}",
                                       "set SplitSpec.text_columns to one column per text field")
+
+    @property
+    def class_names(self) -> list[str]:
+        """What each class means, in class-id order: ``label_names``, else the labels."""
+        return list(self.label_names or self.labels)
+
+    def class_of(self, name: str) -> int | None:
+        """The class id whose label (as the files write it) or label name ``name`` spells, case and ``-`` / ``_`` /
+        space aside; None for a name that is neither."""
+        for j, label in enumerate(self.labels):
+            if _label_key(name) in (_label_key(label), _label_key(self.label_names[j]) if self.label_names else None):
+                return j
+        return None
 
     @property
     def n_labels(self) -> int:
