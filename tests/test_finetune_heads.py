@@ -124,7 +124,7 @@ def test_transformer_xl_memory_segments_equal_full_context():
     head, tail = list(range(3, 11)), [11, 12, 13]
     full = collate([encoded(fmt, [[[*head, *tail]]])], fmt)
     split = collate([encoded(fmt, [[tail]])], fmt)
-    split["memory_ids"] = torch.tensor(head)[None, None, None]                  # [b=1, k=1, s=1, u=8]
+    split["memory_ids"] = torch.tensor(head)[None, None]                        # [b=1, s=1, u=8]
     torch.testing.assert_close(model(**split).logits, model(**full).logits, atol=1e-5, rtol=1e-5)
 
 
@@ -132,7 +132,7 @@ def test_bert_refuses_memory_and_unknown_backbone_names_the_fix():
     model = make("bert")
     fmt = fmt_of(model)
     batch = collate([encoded(fmt, [[A]])], fmt)
-    batch["memory_ids"] = torch.ones(1, 1, 1, 4, dtype=torch.long)
+    batch["memory_ids"] = torch.ones(1, 1, 4, dtype=torch.long)
     with pytest.raises(ConfigError, match="max_segments 1"):
         model(**batch)
     with pytest.raises(ConfigError, match="register_adapter"):

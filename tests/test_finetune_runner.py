@@ -262,7 +262,7 @@ def test_long_texts_become_memory_segments_and_a_tail_for_xlnet(tmp_path):
     stream = ItemStream(items * 4, encoder_for(model, vocab).fmt, 2, seed=0)
     for _ in range(6):
         batch = next(stream)
-        assert "memory_ids" not in batch or batch["memory_ids"].shape[2:] == (2, u)
+        assert "memory_ids" not in batch or batch["memory_ids"].shape[1:] == (2, u)
         assert batch["input_ids"].shape[0] == 2 and ("memory_ids" in batch) == (batch["labels"] == 1).all()
     with_memory = next(b for b in (next(stream) for _ in range(6)) if "memory_ids" in b)
     without = {k: v for k, v in with_memory.items() if k not in ("memory_ids", "labels")}
@@ -276,6 +276,8 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
     the memory segments plus the final segment's passage tail cover the passage, unless max_segments is too few
     (those examples, and only those, are counted and noted)."""
     import random
+
+    import torch
 
     from genfeat.methods.finetune import collate_items, encode_items, encoder_for
     from genfeat.tasks import Example
@@ -327,8 +329,8 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
                                                f"max_len {max_len} and max_segments {max_segments}")
     with_memory = [it for it in items if len(it.memory) == 2][:2]
     batch = collate_items(with_memory, encoder_for(model, vocab).fmt)
-    assert batch["memory_ids"].shape == (2, len(choices), 2, u)
-    assert (batch["memory_ids"] == batch["memory_ids"][:, :1]).all(), "the options share the passage's memory"
+    assert batch["memory_ids"].shape == (2, 2, u), "the options share the passage's memory"
+    assert batch["memory_ids"].tolist() == [it.memory for it in with_memory]
     inputs = {k: v for k, v in batch.items() if k != "labels"}
 
     def summary_states(inputs):                                  # [b * k, d]: <cls>, last (left padding)
@@ -342,6 +344,14 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
     # the tiny random model moves a summary state by 1.5e-3 to 3e-3 (its norm is 4); unread memory moves none
     assert change.shape == (2 * len(choices), 16) and (change.norm(dim=-1) > 1e-4).all(), \
         "the memory reaches every option's summary"
+    # the memory is read once per example and handed to each of its options: the same scores as reading each
+    # option alone after its example's memory (a mix-up of examples' memories would move them)
+    together = summary_states(inputs).view(2, len(choices), -1)
+    for j in range(len(choices)):
+        alone = summary_states({k: v[:, j:j + 1] if v.dim() > 1 and k != "memory_ids" else v for k, v in inputs.items()})
+        torch.testing.assert_close(alone, together[:, j], atol=1e-5, rtol=1e-5)
+    swapped = summary_states({**inputs, "memory_ids": inputs["memory_ids"].flip(0)}).view(2, len(choices), -1)
+    assert ((swapped - together).norm(dim=-1) > 1e-4).all(), "each example reads its own memory"
 
 
 @needs_glue

@@ -51,7 +51,10 @@ after the memory ends (its room is less than u: a RACE question and longest opti
 the first word start that fits comes later), one more segment, the u tokens before it, joins the memory
 if max_segments allows, repeating tokens of the one before it. Tokens between the memory and the final
 segment (when max_segments caps the memory, or a text shorter than u is longer than the final
-segment's room) are left out, and such examples count as truncated.
+segment's room) are left out, and such examples count as truncated. The memory is read once per example,
+without gradients (Transformer-XL's stop-gradient), and handed to each of a multiple-choice example's k
+sequences, which in training share its one dropout draw (docs/BENCHMARKS.md, "Long inputs": the RACE step's
+time this saves).
 
 Span tasks that admit unanswerable questions (``TaskSpec.unanswerable``: SQuAD 2.0) get XLNet's answerability
 head; an example is answered "" when no window's answerability logit is positive. Other tasks answer every
@@ -319,13 +322,11 @@ def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncod
 
 
 def collate_items(items: Sequence[Item], fmt: InputFormat) -> dict[str, torch.Tensor]:
-    """:func:`genfeat.tasks.collate` plus ``memory_ids`` [b, k, s, u] when the items have earlier segments
-    (a batch holds items of one segment count: :class:`ItemStream`, :func:`predict`)."""
+    """:func:`genfeat.tasks.collate` plus ``memory_ids`` [b, s, u] when the items have earlier segments, which
+    each item's k sequences share (a batch holds items of one segment count: :class:`ItemStream`, :func:`predict`)."""
     batch = collate([it.encoded for it in items], fmt)
     if items[0].memory:
-        k = batch["input_ids"].shape[1]
-        memory = torch.tensor([it.memory for it in items])                              # [b, s, u]
-        batch["memory_ids"] = memory[:, None].expand(-1, k, -1, -1)
+        batch["memory_ids"] = torch.tensor([it.memory for it in items])
     return batch
 
 

@@ -487,8 +487,10 @@ class FineTuneModel(nn.Module):
         input_ids, attention_mask, token_type_ids: [b, k, t] the (last) segment of every sequence.
         summary_index: [b, k] position of each sequence's summary token.
         context_mask: [b, t] span windows: True at context tokens.
-        memory_ids: [b, k, s, u] earlier segments of every sequence, read first (in order, all of u
-            tokens, no padding) and kept as memory (adapters with ``memory`` only).
+        memory_ids: [b, s, u] earlier segments of each example, shared by its k sequences: read first
+            (in order, all of u tokens, no padding), once per example and without gradients (the memory is
+            stop-gradient, Transformer-XL Eq. 1's SG), and kept as the memory of each of its k sequences
+            (adapters with ``memory`` only). In training, the k sequences thus read one dropout draw of it.
         lm: also return ``lm_log_probs`` (:meth:`next_token_log_probs`), computed inside this forward
             pass so that a DistributedDataParallel wrapper sees the LM head's parameters used.
         start_positions: [b] span heads: the starts a start-conditioned head scores the ends of (training: the
@@ -524,14 +526,18 @@ class FineTuneModel(nn.Module):
         b, k, t = input_ids.shape
         flat = [None if x is None else x.reshape(b * k, -1) for x in (input_ids, attention_mask, token_type_ids)]
         mems = None
-        if memory_ids is not None and memory_ids.shape[2]:
+        if memory_ids is not None and (memory_ids.dim() != 3 or memory_ids.shape[0] != b):
+            raise ValueError(f"memory_ids must be [b={b}, s, u] (shared by each example's sequences), got "
+                             f"{list(memory_ids.shape)}")
+        if memory_ids is not None and memory_ids.shape[1]:
             if not self.adapter.memory:
                 raise ConfigError(f"the {self.config.backbone} backbone reads no earlier segments",
                                   "set max_segments 1 (long texts are truncated)")
-            segments = memory_ids.reshape(b * k, memory_ids.shape[2], -1)
-            for i in range(segments.shape[1]):
-                _, mems = self.adapter.hidden(self.backbone, segments[:, i], None,
-                                              _memory_types(flat[2], segments.shape[2]), mems)
+            with torch.no_grad():
+                for i in range(memory_ids.shape[1]):
+                    _, mems = self.adapter.hidden(self.backbone, memory_ids[:, i], None,
+                                                  _memory_types(flat[2], b, memory_ids.shape[2]), mems)
+            mems = [m.repeat_interleave(k, dim=0) for m in mems]            # [b, m, d] -> [b * k, m, d]
         hidden, _ = self.adapter.hidden(self.backbone, *flat, mems)
         if summary_index is None:
             summary_index = torch.full((b, k), t - 1, device=input_ids.device)
@@ -558,8 +564,8 @@ class FineTuneModel(nn.Module):
         return self.adapter.lm_log_probs(self.backbone, hidden[:, :-1][keep], input_ids[:, 1:][keep])
 
 
-def _memory_types(types: Tensor | None, length: int) -> Tensor | None:
-    """Segment ids of an earlier segment: text A's (0), where the final segment has segment ids."""
-    return None if types is None else torch.zeros(types.shape[0], length, dtype=types.dtype, device=types.device)
+def _memory_types(types: Tensor | None, n: int, length: int) -> Tensor | None:
+    """Segment ids [n, length] of n earlier segments: text A's (0), where the final segment has segment ids."""
+    return None if types is None else torch.zeros(n, length, dtype=types.dtype, device=types.device)
 
 
