@@ -276,9 +276,12 @@ def report(paths: list[str]) -> None:
                 print(f"| {r['row']} | {res['steps_mean']:.0f} | {res['valid_loss_mean']:.3f}{extra} | {r['wall_s']:.0f} s "
                       f"| {Path(path).name} |")
     walls = [r["wall_s"] for r in records if r["rc"] == 0 and r["result"]]  # every finished job of every file
+    # a job killed at a deadline ran for its record's wall_s; resumed later, its finished record counts only the rest
+    killed = [r["wall_s"] for r in records if r["note"] == "killed at the deadline"]
     last = {r["name"]: r for r in records}  # a job's last record, over the files in order
     failed = [r for r in last.values() if r["name"] not in finished]
-    print(f"\n{len(walls)} jobs finished, {sum(walls):.0f} s of job wall time; not finished: {len(failed)}")
+    print(f"\n{len(walls)} jobs finished, {sum(walls):.0f} s of job wall time; {len(killed)} runs killed at a deadline "
+          f"after {sum(killed):.0f} s of job wall time (a part of them resumed later); not finished: {len(failed)}")
     for note in sorted({r["note"] or f"exit {r['rc']}" for r in failed}):
         names = [r["name"] for r in failed if (r["note"] or f"exit {r['rc']}") == note]
         print(f"- {note} ({len(names)}): {', '.join(names)}")

@@ -114,9 +114,11 @@ def test_report_medians_over_seeds(tmp_path, capsys):
            "result": {"steps_mean": 4, "valid_loss_mean": 6.5}}
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [pre, *lines]))
-    later = tmp_path / "later.jsonl"  # a second call: pretrains again, finishes the RTE cell
-    later.write_text("".join(json.dumps(r) + "\n" for r in [{**pre, "wall_s": 7.0}, {**lines[-1], "rc": 0, "note": "",
-                                                                                        "result": {"dev_accuracy_mean": 0.5}}]))
+    later = tmp_path / "later.jsonl"  # a second call: pretrains again, finishes the RTE cell after a kill and a resume
+    killed = {**lines[-1], "wall_s": 30.0, "note": "killed at the deadline"}
+    later.write_text("".join(json.dumps(r) + "\n" for r in [{**pre, "wall_s": 7.0}, killed,
+                                                            {**lines[-1], "rc": 0, "note": "",
+                                                             "result": {"dev_accuracy_mean": 0.5}}]))
     grid.report([str(path)])
     out = capsys.readouterr().out
     assert "| BERT (MLM + NSP) | 0.800 (n=3: 0.700, 0.900, 0.800) |" in out
@@ -124,7 +126,9 @@ def test_report_medians_over_seeds(tmp_path, capsys):
     assert "| bert_pretrain | 4 | 6.500 | 5 s | results.jsonl |" in out
     grid.report([str(path), str(later)])
     out = capsys.readouterr().out
-    assert "0.500 (n=1: 0.500)" in out and "6 jobs finished, 42 s of job wall time; not finished: 0" in out
+    assert "0.500 (n=1: 0.500)" in out and ("6 jobs finished, 42 s of job wall time; 1 runs killed at a deadline "
+                                            "after 30 s of job wall time (a part of them resumed later); not finished: 0"
+                                            ) in out
     assert "| bert_pretrain | 4 | 6.500 | 7 s | later.jsonl |" in out
 
 
