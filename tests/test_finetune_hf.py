@@ -379,6 +379,18 @@ def _classes_in_another_order(hf_task: Path, tmp_path: Path, accuracy: float, ca
         assert evaluate_task(unnamed, "sst2", max_examples=32)["accuracy"] == accuracy
         assert "does not name its classes (id2label LABEL_0, LABEL_1); they are read as task 'sst2''s labels in its " \
                "order (negative, positive)" in capsys.readouterr().err
+    # a config that counts other classes than the classifier's rows (transformers refuses it too) is not read as
+    # transformers' unnamed defaults, which would score the flipped head in the wrong order
+    extra = variant("three_names", {"0": "positive", "1": "negative", "2": "neutral"})
+    with pytest.raises(CheckpointError, match=r"gives 3 classes in id2label, but its classifier has 2 rows"):
+        evaluate_task(extra, "sst2", max_examples=32)
+    gapped = variant("gapped", {"0": "positive", "2": "negative"})
+    with pytest.raises(CheckpointError, match=r"id2label has keys \['0', '2'\], not the ids 0 to 1"):
+        evaluate_task(gapped, "sst2", max_examples=32)
+    counted = json.loads((flipped / "config.json").read_text())
+    (flipped / "config.json").write_text(json.dumps({**counted, "num_labels": 3}))
+    with pytest.raises(CheckpointError, match=r"gives 3 classes in num_labels"):
+        load_checkpoint(flipped)
 
 
 @pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")

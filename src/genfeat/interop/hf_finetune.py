@@ -90,19 +90,34 @@ def _default_names(n: int) -> list[str]:
     return [f"LABEL_{i}" for i in range(n)]
 
 
-def _class_names(hf_cfg: dict, n_out: int) -> list[str]:
-    """The classes as ``id2label`` names them, in id order; transformers' defaults when it does not name every one
-    of them."""
+def _class_names(hf_cfg: dict, n_out: int, where: str) -> list[str]:
+    """The classes as ``id2label`` names them, in id order; transformers' defaults when it names none.
+
+    Raises:
+        CheckpointError: ``id2label`` or ``num_labels`` counts other than the head's ``n_out`` rows, or ``id2label``
+            lacks one of the ids 0..n_out-1 (transformers refuses such a directory; reading its classes in
+            another order would mis-score every example).
+    """
     id2label = hf_cfg.get("id2label")
-    if not isinstance(id2label, dict) or len(id2label) != n_out:
+    counts = {"id2label": len(id2label) if isinstance(id2label, dict) else None, "num_labels": hf_cfg.get("num_labels")}
+    for name, count in counts.items():
+        if count is not None and count != n_out:
+            raise CheckpointError(f"'{where}' config.json gives {count} classes in {name}, but its classifier has "
+                                  f"{n_out} rows", "make id2label, label2id and num_labels name exactly the "
+                                  "classifier's classes, or use the config.json saved with these weights")
+    if not isinstance(id2label, dict):
         return _default_names(n_out)
     names = [id2label.get(str(i), id2label.get(i)) for i in range(n_out)]
-    return _default_names(n_out) if None in names else [str(name) for name in names]
+    if None in names:
+        raise CheckpointError(f"'{where}' config.json's id2label has keys {sorted(id2label)}, not the ids 0 to "
+                              f"{n_out - 1}", "key id2label by the classifier's row numbers")
+    return [str(name) for name in names]
 
 
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
-                max_len: int, **span: Any) -> FineTuneModel:
-    """``span``: HeadConfig's answerability, span_end and layer_norm_epsilon. The input settings a genfeat export
+                max_len: int, where: str | Path, **span: Any) -> FineTuneModel:
+    """``where``: the directory (for errors). ``span``: HeadConfig's answerability, span_end and
+    layer_norm_epsilon. The input settings a genfeat export
     wrote (:func:`_input_fields`) come back; a directory from elsewhere reads at most ``max_len`` tokens in one
     segment, with a stride of half of it."""
     head = HeadConfig(kind=kind, n_labels=n_out if kind in ("classification", "regression") else 2,
@@ -114,7 +129,7 @@ def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str
         backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
         doc_stride=hf_cfg.get("genfeat_doc_stride", max_len // 2), max_segments=hf_cfg.get("genfeat_max_segments", 1),
         both_orders=hf_cfg.get("genfeat_both_orders", False),
-        label_names=_class_names(hf_cfg, n_out) if kind == "classification" else []), backbone)
+        label_names=_class_names(hf_cfg, n_out, str(where)) if kind == "classification" else []), backbone)
 
 
 def _input_fields(model: FineTuneModel) -> dict:
@@ -173,7 +188,7 @@ def from_double_heads(gpt: GPTLMHeadModel, where: str = "the model", directory: 
     hf_cfg = json.loads(config.read_text()) if directory is not None and config.is_file() else {}
     inputs = {k: v for k, v in hf_cfg.items() if k.startswith("genfeat_") and k != "genfeat_n_special"}
     model = _task_model(GPT_TASK, "gpt", backbone, inputs, "multiple_choice", 1, gpt.config.mc_dropout,
-                        gpt.config.max_position)
+                        gpt.config.max_position, where)
     load_converted(model, {**model.state_dict(), **head_state}, [], "GPT-1 task model")
     return model.eval()
 
@@ -226,7 +241,7 @@ def load_hf_xlnet_task(path: str | Path) -> FineTuneModel:
     span = {"answerability": answerability, "span_end": "start_conditioned",
             "layer_norm_epsilon": cfg.layer_norm_epsilon} if conditioned else {}
     model = _task_model(arch, "xlnet", backbone, hf_cfg, _head_kind(kind, n_out), n_out,
-                        hf_cfg.get("summary_last_dropout", cfg.dropout), 512, **span)
+                        hf_cfg.get("summary_last_dropout", cfg.dropout), 512, path, **span)
     load_converted(model, {**model.state_dict(), **head_state}, [], "XLNet task model")
     return model.eval()
 
@@ -307,7 +322,7 @@ def load_hf_bert_task(path: str | Path) -> FineTuneModel:
     backbone = BertForMaskedLM(hf_config_to_ours(hf_cfg, nsp=False))
     dropout = hf_cfg.get("classifier_dropout")
     model = _task_model(arch, "bert", backbone, hf_cfg, _head_kind(kind, n_out), n_out,
-                        backbone.config.dropout if dropout is None else dropout, backbone.config.max_position)
+                        backbone.config.dropout if dropout is None else dropout, backbone.config.max_position, path)
     state, used = gather_converted({**_encoder_names(model), **_head_names(model, prefix)}, weights)
     # the unused masked-LM head keeps its initialisation
     state = {**model.state_dict(), **state}
