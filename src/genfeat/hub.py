@@ -251,7 +251,7 @@ def load_checkpoint(path: str | Path, architecture: str | None = None,
     elif hf_tokenizer is not None:
         from .data.tokenizers import load_tokenizer
 
-        vocab, source = load_tokenizer(path), hf_tokenizer
+        vocab, source = load_tokenizer(path, hf_model=True), hf_tokenizer
     if require_vocab:
         require_vocabulary(vocab, path)
     cfg = getattr(model, "config", None)

@@ -315,7 +315,7 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
     out = Path(out)
     if isinstance(vocab, SentencePieceVocab):
         (out / "spiece.model").write_bytes(vocab.proto)
-        _write_config(out, "XLNetTokenizer", False, "sentencepiece")
+        _write_config(out, "XLNetTokenizer", False, "sentencepiece", vocab.text)
     elif isinstance(vocab, BPEVocab):
         vocab.tokenizer.save(str(out / "tokenizer.json"))
         spec = json.loads(vocab.tokenizer.to_str())
@@ -327,13 +327,17 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
             _write_config(out, "OpenAIGPTTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "bpe")
 
 
-def _write_config(out: Path, cls: str, lowercase: bool, kind: str) -> None:
+def _write_config(out: Path, cls: str, lowercase: bool, kind: str, text=None) -> None:
+    """``text``: a sentencepiece vocabulary's XLNetText (None: genfeat's own, which reads text as it is: accents
+    kept; XLNetTokenizer's quote and space rules still apply in transformers)."""
     sp = SPECIALS[kind]
     config = {"tokenizer_class": cls, "do_lower_case": lowercase, "model_max_length": 512,
               **{f"{role}_token": sp[role] for role in ("unk", "cls", "sep", "pad", "mask") if role in sp}}
     if kind == "sentencepiece":
         config.update(bos_token=sp["bos"], eos_token=sp["eos"], additional_special_tokens=[sp["eop"], sp["eod"]],
-                      remove_space=True, keep_accents=True)
+                      remove_space=True if text is None else text.remove_space,
+                      keep_accents=True if text is None else text.keep_accents,
+                      do_lower_case=False if text is None else text.lower)
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
@@ -357,22 +361,33 @@ def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -
     return vocab
 
 
-def load_tokenizer(path: str | Path) -> Vocab:
+def load_tokenizer(path: str | Path, hf_model: bool = False) -> Vocab:
     """Read a tokenizer folder: ``spiece.model`` (a sentencepiece model: XLNet's, which a Hugging Face folder
     may hold beside its conversion to tokenizer.json), else ``tokenizer.json`` (any ``tokenizers`` tokenizer; a
     Unigram one, as transformers 5 saves XLNet's, counts as sentencepiece), else ``vocab.txt`` (WordPiece;
-    lower-cased unless tokenizer_config.json says ``do_lower_case: false``, as transformers' BertTokenizer)."""
-    from .vocab import _tokenizer_from_json
+    lower-cased unless tokenizer_config.json says ``do_lower_case: false``, as transformers' BertTokenizer).
+
+    ``hf_model``: the folder is a Hugging Face model directory, whose sentencepiece model reads text as
+    transformers' XLNetTokenizer prepares it (:class:`~genfeat.data.vocab.XLNetText`, with the
+    ``do_lower_case``, ``remove_space`` and ``keep_accents`` of its tokenizer_config.json, transformers' defaults
+    for those it lacks); a tokenizer folder genfeat trained reads text as it is."""
+    from .vocab import XLNetText, _tokenizer_from_json
 
     path = Path(path)
+    config = path / "tokenizer_config.json"
     try:
+        settings = json.loads(config.read_text()) if config.is_file() else {}
+        if not isinstance(settings, dict):
+            raise ValueError("tokenizer_config.json is not a JSON object")
         if (path / "spiece.model").is_file():
-            return SentencePieceVocab((path / "spiece.model").read_bytes())
+            text = XLNetText(lower=bool(settings.get("do_lower_case", False)),
+                             remove_space=bool(settings.get("remove_space", True)),
+                             keep_accents=bool(settings.get("keep_accents", False))) if hf_model else None
+            return SentencePieceVocab((path / "spiece.model").read_bytes(), text)
         if (path / "tokenizer.json").is_file():
             return BPEVocab(_tokenizer_from_json((path / "tokenizer.json").read_text(encoding="utf-8")))
         if (path / "vocab.txt").is_file():
-            config = path / "tokenizer_config.json"
-            lowercase = json.loads(config.read_text()).get("do_lower_case", True) if config.is_file() else True
+            lowercase = settings.get("do_lower_case", True)
             tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
             return BPEVocab(_wordpiece_from_tokens(tokens, lowercase))
     except (ValueError, RuntimeError, OSError) as e:

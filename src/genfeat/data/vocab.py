@@ -10,6 +10,7 @@ tokenizer file (``VocabConfig.tokenizer_file``: a ``tokenizers`` tokenizer.json 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -260,15 +261,70 @@ class BPEVocab(Vocab):
         return {"tokenizer": self.tokenizer.to_str()}
 
 
+@dataclass(frozen=True)
+class XLNetText:
+    """How XLNet's own tokenizer (XLNet's prepro_utils; transformers' ``XLNetTokenizer``) prepares text for its
+    sentencepiece model, as a Hugging Face directory's tokenizer_config.json sets it: whitespace runs become one
+    space and the ends are stripped (``remove_space``), the quote pairs `````` and ``''`` become ``"``, accents
+    are dropped (NFKD, combining marks removed) unless ``keep_accents``, lower-casing with ``lower``; after
+    sentencepiece, a piece that ends in a comma after a digit ("1,000,") is split before the comma and its
+    number encoded again (so "000" and "," are pieces of their own).
+
+    genfeat's own sentencepiece models read text as it is (they were trained on it as it is)."""
+
+    lower: bool = False
+    remove_space: bool = True
+    keep_accents: bool = False
+
+    def prepare(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+        """The prepared text and, per character of it, the [start, end) characters of ``text`` it comes from."""
+        import unicodedata
+
+        chars: list[tuple[str, int, int]] = []
+        i, n = 0, len(text)
+        while i < n:
+            if self.remove_space and text[i].isspace():
+                j = i
+                while j < n and text[j].isspace():
+                    j += 1
+                if chars and j < n:                      # inner runs become one space; the ends go
+                    chars.append((" ", i, j))
+                i = j
+                continue
+            chars.append((text[i], i, i + 1))
+            i += 1
+        for pair in ("``", "''"):
+            merged, k = [], 0
+            while k < len(chars):
+                if k + 1 < len(chars) and chars[k][0] + chars[k + 1][0] == pair:
+                    merged.append(('"', chars[k][1], chars[k + 1][2]))
+                    k += 2
+                else:
+                    merged.append(chars[k])
+                    k += 1
+            chars = merged
+        if not self.keep_accents:                        # per character: the marks NFKD would reorder are dropped
+            chars = [(d, a, b) for c, a, b in chars for d in unicodedata.normalize("NFKD", c)
+                     if not unicodedata.combining(d)]
+        if self.lower:
+            whole = "".join(c for c, _, _ in chars).lower()
+            if len(whole) == len(chars):                 # str.lower of the whole text: final sigma included
+                chars = [(d, a, b) for d, (_, a, b) in zip(whole, chars)]
+            else:
+                chars = [(d, a, b) for c, a, b in chars for d in c.lower()]
+        return "".join(c for c, _, _ in chars), [(a, b) for _, a, b in chars]
+
+
 class SentencePieceVocab(Vocab):
-    """A sentencepiece model (unigram by default), trained on the training split or loaded."""
+    """A sentencepiece model (unigram by default), trained on the training split or loaded; ``text``: the text
+    preparation of a Hugging Face XLNet tokenizer (:class:`XLNetText`), None for genfeat's own models."""
 
     kind = "sentencepiece"
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, text: XLNetText | None = None):
         import sentencepiece as spm
 
-        self.proto = model_proto
+        self.proto, self.text = model_proto, text
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)  # RuntimeError when not a model
         if self.sp.get_piece_size() == 0:
             raise ValueError("the sentencepiece model holds no pieces")
@@ -300,7 +356,35 @@ class SentencePieceVocab(Vocab):
         return self.sp.get_piece_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.sp.encode(text)
+        return self.sp.encode(text) if self.text is None else self.encode_with_offsets(text)[0]
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` and each token's [start, end) characters of ``text`` (a word-initial piece's
+        span includes the whitespace before the word; a piece the digit-comma rule of :class:`XLNetText` makes
+        gets its own characters of the piece it splits)."""
+        prepared, source = self.text.prepare(text) if self.text is not None else (text, None)
+        char_at = [i for i, c in enumerate(prepared) for _ in c.encode("utf-8")] + [len(prepared)]  # byte -> char
+        ids, spans = [], []
+        for piece in self.sp.encode(prepared, return_type="proto").pieces:
+            begin, end = char_at[piece.begin], char_at[piece.end]
+            if self.text is not None and len(piece.piece) > 1 and piece.piece[-1] == "," and piece.piece[-2].isdigit():
+                parts = self.sp.encode(piece.piece[:-1].replace("\u2581", ""), out_type=str)
+                if piece.piece[0] != "\u2581" and parts and parts[0][0] == "\u2581":
+                    parts = parts[1:] if len(parts[0]) == 1 else [parts[0][1:], *parts[1:]]
+                stop, part_spans = end - 1, []           # the parts end where the comma starts, right to left
+                for part in reversed(parts):
+                    start = max(begin, stop - len(part.replace("\u2581", "")))
+                    part_spans.append((start, stop))
+                    stop = start
+                ids += [self.sp.piece_to_id(part) for part in parts] + [self.sp.piece_to_id(",")]
+                spans += [*reversed(part_spans), (end - 1, end)]
+            else:
+                ids.append(piece.id)
+                spans.append((begin, end))
+        if source is not None:                           # prepared characters -> the text's characters
+            spans = [(source[b][0], source[e - 1][1]) if e > b else (source[min(b, len(source) - 1)][0],) * 2
+                     for b, e in spans]
+        return ids, spans
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode(list(ids))
@@ -310,7 +394,8 @@ class SentencePieceVocab(Vocab):
         return self.sp.unk_id()
 
     def payload(self) -> dict:
-        return {"model": base64.b64encode(self.proto).decode("ascii")}
+        text = {} if self.text is None else {"text": dataclasses.asdict(self.text)}
+        return {"model": base64.b64encode(self.proto).decode("ascii"), **text}
 
 
 def load_vocab(path: str | Path) -> Vocab:
@@ -328,7 +413,8 @@ def load_vocab(path: str | Path) -> Vocab:
         if kind == "bpe":
             return BPEVocab(_tokenizer_from_json(data["tokenizer"]))
         if kind == "sentencepiece":
-            return SentencePieceVocab(base64.b64decode(data["model"]))
+            text = data.get("text")
+            return SentencePieceVocab(base64.b64decode(data["model"]), None if text is None else XLNetText(**text))
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         raise CheckpointError(f"cannot read vocabulary '{path}' ({type(e).__name__}: {e})",
                               "the file is corrupt or not a genfeat vocabulary; restore it from the checkpoint") from None

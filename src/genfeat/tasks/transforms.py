@@ -188,9 +188,8 @@ def tokenize_with_offsets(vocab: Vocab, text: str) -> tuple[list[int], Offsets]:
         enc = vocab.tokenizer.encode(text, add_special_tokens=False)
         return list(enc.ids), [trimmed(*o) for o in enc.offsets]
     if isinstance(vocab, SentencePieceVocab):
-        char_at = [i for i, c in enumerate(text) for _ in c.encode("utf-8")] + [len(text)]  # byte -> char
-        pieces = vocab.sp.encode(text, return_type="proto").pieces
-        return [p.id for p in pieces], [trimmed(char_at[p.begin], char_at[p.end]) for p in pieces]
+        ids, spans = vocab.encode_with_offsets(text)
+        return ids, [trimmed(*span) for span in spans]
     raise ConfigError(f"a {vocab.kind} vocabulary gives no character offsets", "use a wordpiece or sentencepiece tokenizer")
 
 
