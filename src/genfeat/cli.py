@@ -420,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "a GDAN run's OUT/final/d on squad_split (its run's dev and test articles)")
     e.add_argument("--split", default="dev", help="--task: the split to score (default dev)")
     e.add_argument("--predictions", default=None,
-                   help="--task: write one prediction per example here (GLUE submission TSV; SQuAD JSON)")
+                   help="--task: write one prediction per example here (GLUE: the submission TSV, index<TAB>prediction; "
+                        "SQuAD: the official {id: answer} JSON; IMDB, RACE and others: uid<TAB>prediction, the "
+                        "files' own labels)")
     e.add_argument("--max-examples", type=int, default=0,
                    help="--task: score a seeded subset of N examples, as the runner's data.max_eval_examples (0: all)")
     e.add_argument("--clamp-len", type=int, default=None,
