@@ -209,6 +209,28 @@ def test_bad_squad_records(scratch):
     path.write_text(json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}))
     with pytest.raises(DataError, match="article 0 lacks a SQuAD field.*'context'"):
         load_task(_squad_task(), "dev")
+    for change, match in ((lambda p: p.update(context=5), "paragraph 0: the context is int 5, not a string"),
+                          (lambda p: p["qas"][0].update(question=["Who"]), r"question q1 \(line 1\): the question is list"),
+                          (lambda p: p["qas"][0].update(id=1), r"question 1: the id 1 is not a non-empty"),
+                          (lambda p: p["qas"].append(dict(p["qas"][0])), r"question q1 \(line 1\): the id 'q1' is "
+                                                                          "repeated"),
+                          (lambda p: p["qas"][0].update(answers=[{"text": "", "answer_start": -1}]),
+                           "answer '' is not at offset -1")):
+        bad = _squad()
+        change(bad["data"][0]["paragraphs"][0])
+        path.write_text(json.dumps(bad))
+        with pytest.raises(DataError, match=match):
+            load_task(_squad_task(), "dev")
+
+
+def test_an_undecodable_byte_is_named_at_its_line(scratch):
+    """The TSV reader decodes ahead of its rows: the error names the byte's own line, not the last row read."""
+    rows = [f"{i}\trow number {i}\tb\tyes" for i in range(3000)]
+    raw = "\n".join(["index\ts1\ts2\tlabel", *rows]).encode()
+    at = raw.index(b"row number 2499\t")
+    (scratch / "tsv").write_bytes(raw[:at] + b"\xff" + raw[at:])
+    with pytest.raises(DataError, match=r"tsv' line 2501 is not UTF-8 \(byte 0xff at offset"):
+        load_task(_tsv_task(), "dev")
 
 
 def test_squad_v2_unanswerable_questions(scratch):
@@ -273,7 +295,15 @@ def test_bad_race_passages(tmp_path, monkeypatch):
     for change, match in (({"answers": ["E"]}, r"question 0: label 'E' is not one of"),
                           ({"options": [["a", "b", "c"]]}, "question 0 has 3 options, expected 4"),
                           ({"answers": []}, "has 1 questions, 1 option lists and 0 answers"),
-                          ({"article": " "}, "the article is empty")):
+                          ({"article": " "}, "the article is empty"),
+                          # wrong JSON types: one line each, never a traceback nor a string read letter by letter
+                          ({"article": 3}, "the article is int 3, not a string"),
+                          ({"questions": [7]}, "question 0: the question is int 7, not a string"),
+                          ({"questions": [None]}, "question 0: the question is NoneType"),
+                          ({"questions": [""]}, "question 0: the question is empty"),
+                          ({"options": [["a", 1, "c", "d"]]}, "question 0: the option is int 1"),
+                          ({"options": ["abcd"]}, "question 0: its options are a str, not a list"),
+                          ({"questions": "W", "options": [["a", "b", "c", "d"]]}, "questions is a str, not a list")):
         (folder / "1.txt").write_text(json.dumps(passage | change))
         with pytest.raises(DataError, match=match) as e:
             load_task("race", "dev")

@@ -68,6 +68,9 @@ def _label(spec: TaskSpec, raw: str, where: str) -> int | float:
 
 
 def _text(text: str, where: str, what: str = "text field") -> str:
+    if not isinstance(text, str):
+        raise DataError(f"{where}: the {what} is {type(text).__name__} {text!r:.40}, not a string",
+                        "fix or remove the record")
     if not text.strip():
         raise DataError(f"{where}: the {what} is empty", "fix or remove the record")
     return text
@@ -102,9 +105,19 @@ def _read_delimited(spec: TaskSpec, split: str, path: Path) -> list[Example]:
                     texts = (" ".join(texts),)
                 label = None if s.label_column is None else _label(spec, row[s.label_column], where)
                 examples.append(Example(f"{path.name}:{rows.line_num}", texts, label))
-        except (csv.Error, UnicodeDecodeError) as e:
+        except csv.Error as e:
             raise DataError(f"'{path}' line {rows.line_num} cannot be read ({e})",
                             "repair the file or fetch the canonical one") from None
+        except UnicodeDecodeError:  # raised for a chunk the reader decodes ahead of its rows: find the byte's line
+            raw = path.read_bytes()
+            try:
+                raw.decode("utf-8-sig")
+            except UnicodeDecodeError as e:
+                line = raw.count(b"\n", 0, e.start) + 1
+                raise DataError(f"'{path}' line {line} is not UTF-8 (byte "
+                                f"{raw[e.start]:#04x} at offset {e.start}: {e.reason})",
+                                "repair the file or fetch the canonical one") from None
+            raise
     if not examples:
         raise DataError(f"'{path}' holds no examples", "fetch the canonical file")
     return examples
@@ -141,12 +154,20 @@ def _race_passage(spec: TaskSpec, raw: bytes, where: str, uid: str) -> list[Exam
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise DataError(f"{where} is not a RACE passage ({type(e).__name__}: {e})",
                         "each file must be one JSON object with article, questions, options, answers") from None
+    for name, value in (("questions", questions), ("options", options), ("answers", answers)):
+        if not isinstance(value, list):   # a string would be read letter by letter
+            raise DataError(f"{where}: {name} is a {type(value).__name__}, not a list",
+                            "give questions, options and answers as JSON lists, one entry per question")
     if not (len(questions) == len(options) == len(answers)):
         raise DataError(f"{where} has {len(questions)} questions, {len(options)} option lists and "
                         f"{len(answers)} answers", "give one option list and one answer per question")
     _text(article, where, "article")
     out = []
     for i, (q, opts, a) in enumerate(zip(questions, options, answers)):
+        if not isinstance(opts, list):
+            raise DataError(f"{where} question {i}: its options are a {type(opts).__name__}, not a list",
+                            "give every question its four options as a JSON list of strings")
+        _text(q, f"{where} question {i}", "question")
         if len(opts) != len(spec.labels):
             raise DataError(f"{where} question {i} has {len(opts)} options, expected {len(spec.labels)}",
                             "give every question four options")
@@ -216,7 +237,7 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
                 return f" (line {raw.count(chr(10), 0, at) + 1})"
         return ""
 
-    examples = []
+    examples, seen = [], set()
     for a in chosen:
         qid = None
         try:
@@ -229,9 +250,16 @@ def read_squad(path: Path, article_split: str | None, seed: int) -> list[Example
                     qid = qa["id"]
                     where_q = f"{where} question {qid}"
                     try:
+                        if not isinstance(qid, str) or not qid or qid in seen:
+                            raise DataError(f"{where_q}: the id {qid!r} is "
+                                            f"{'repeated' if qid in seen else 'not a non-empty string'}",
+                                            "give every question an id of its own (a string; predictions are keyed "
+                                            "by it)")
+                        seen.add(qid)
                         answers = tuple((ans["text"], int(ans["answer_start"])) for ans in qa["answers"])
                         for text, start in answers:
-                            if context[start:start + len(text)] != text:
+                            if not isinstance(text, str) or not text.strip() or start < 0 \
+                                    or context[start:start + len(text)] != text:
                                 raise DataError(f"{where_q}: answer {text!r} is not at offset {start} of the context",
                                                 "fix answer_start or the answer text")
                         if not answers and not qa.get("is_impossible", False):
