@@ -162,3 +162,20 @@ def test_planetoid_round_trips_and_loads_the_old_layout(monkeypatch, tmp_path, c
         again = from_pretrained(tmp_path / "old")
         assert again.config.row_normalise is normalise and torch.equal(again.features, model.features)
         assert _same_weights(model, again) and torch.equal(again(nodes).logits, model(nodes).logits)
+
+
+def test_a_config_json_of_the_wrong_shape_is_one_checkpoint_error(tmp_path):
+    """Valid JSON that is not an object, a ``model`` section that is not a mapping, an ``architecture`` that is not
+    a name: each a CheckpointError naming the file, never a traceback from deep in the loader."""
+    save_pretrained(_pixelcnn(), tmp_path / "m")
+    good = json.loads((tmp_path / "m" / "config.json").read_text())
+    for content, match in (([1, 2], "holds an array, not a JSON object"), ("x", "holds a string"), (None, "holds null"),
+                           ({**good, "model": [1]}, "config section 'model' is a list"),
+                           ({**good, "model": "x"}, "config section 'model' is a str"),
+                           ({**good, "architecture": ["pixelcnn"]}, r"gives architecture \['pixelcnn'\], not a name"),
+                           ({"architectures": 5, "model_type": ["bert"]}, "names neither a genfeat architecture")):
+        (tmp_path / "m" / "config.json").write_text(json.dumps(content))
+        with pytest.raises(CheckpointError, match=match):
+            from_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(json.dumps(good))
+    assert _same_density(from_pretrained(tmp_path / "m"), _pixelcnn())

@@ -214,6 +214,9 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "", base: A
         ConfigError: for an unknown field (with the closest known name, or the other section that has
             it), a wrong type, or a value rejected by the class's ``__post_init__``.
     """
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"config section '{path or cls.__name__}' is a {type(data).__name__} ({data!r:.40}), "
+                          "not a mapping of fields", f"write '{path or cls.__name__}' as field: value pairs")
     data = dict(data or {})
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}

@@ -170,10 +170,16 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
     if not (path / CONFIG_FILE).is_file():
         raise CheckpointError(f"'{path}' is not a model directory (no {CONFIG_FILE})", fix)
     cfg = read_config(path)
-    hf_loader = (HF_TASK_LOADERS.get((cfg.get("architectures") or [None])[0])
-                 or HF_LOADERS.get(cfg.get("model_type")))
+    listed = cfg.get("architectures")
+    first = listed[0] if isinstance(listed, list) and listed else None
+    kind = cfg.get("model_type")
+    hf_loader = (HF_TASK_LOADERS.get(first if isinstance(first, str) else None)
+                 or HF_LOADERS.get(kind if isinstance(kind, str) else None))
     if "architecture" in cfg:
         arch = cfg["architecture"]
+        if not isinstance(arch, str):
+            raise CheckpointError(f"'{path}/config.json' gives architecture {arch!r}, not a name",
+                                  "the checkpoint is corrupt; use another one")
         if architecture is not None and arch != architecture:
             raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {architecture}",
                                   f"pass a {architecture} checkpoint")

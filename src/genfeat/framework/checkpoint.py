@@ -311,6 +311,11 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"'{path}' is not a genfeat checkpoint (no {CONFIG_FILE})",
                               "pass a checkpoint directory written by genfeat or a Hugging Face model directory")
     try:
-        return json.loads(file.read_text())
+        config = json.loads(file.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"'{file}' is not valid JSON ({e.msg})", "the checkpoint is corrupt; use another one") from None
+    if not isinstance(config, dict):
+        kind = {list: "an array", str: "a string", type(None): "null", bool: "a boolean"}.get(type(config), "a number")
+        raise CheckpointError(f"'{file}' holds {kind}, not a JSON object",
+                              "the checkpoint is corrupt; use another one")
+    return config
