@@ -420,3 +420,28 @@ def test_init_of_a_model_that_is_no_backbone_is_one_checkpoint_error_and_out_sta
     assert not out.exists()
     code, _, err = _main(["evaluate", "--checkpoint", str(w2v), "--task", "sst2"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be fine-tuned" in err and "init:" not in err
+
+
+@needs_glue
+@pytest.mark.parametrize("overrides,error,match", [
+    ({"data": {"train_split": "test"}}, "DataError", r"task 'sst2' split 'test' has no labels.*set data.train_split"),
+    ({"data": {"dev_split": "test"}, "keep_best": False}, "DataError", r"split 'test' has no labels.*data.dev_split"),
+    ({"data": {"test_split": "nope"}}, "DataError", "task 'sst2' has no split 'nope'"),
+    ({"aux_lm_weight": 0.5}, "ConfigError", "aux_lm_weight is 0.5 but the bert backbone"),
+    ({"data": {"max_len": 128}}, "ConfigError", "data.max_len 128 is longer than the bert backbone's 64 positions"),
+    ({"model": {"n_head": 3}}, "ConfigError", "n_head"),
+    ({"data": {"max_segments": 2}}, "ConfigError", "data.max_segments is 2 but the bert backbone reads no earlier"),
+])
+def test_what_the_recipe_alone_shows_wrong_is_refused_before_out_is_written(tmp_path, overrides, error, match):
+    """Splits that are missing or unlabelled (GLUE's test file as the training or dev split), and settings the
+    backbone cannot serve, end the run before a tokenizer, a log or a checkpoint is written into OUT (they used to
+    come after it, or after training: a rerun was then refused as a partial run; an unlabelled dev split with
+    keep_best false finished without dev figures)."""
+    from genfeat import errors
+
+    out = tmp_path / "out"
+    base = {"steps": 1, "vocab_size": 300, "data": {"max_train_examples": 16, "max_eval_examples": 8}}
+    merged = {**base, **overrides, "data": {**base["data"], **overrides.get("data", {})}}
+    with pytest.raises(getattr(errors, error), match=match):
+        run_recipe("recipes/finetune/debug.yaml", merged, [0], out_dir=out, progress=False)
+    assert not out.exists()

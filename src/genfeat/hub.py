@@ -119,13 +119,22 @@ def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
     if architecture not in ARCHITECTURES:
         raise CheckpointError(f"unknown architecture '{architecture}'",
                               f"genfeat knows {sorted(ARCHITECTURES)}; was the checkpoint written by a newer genfeat?")
-    module, cfg_cls, model_cls = ARCHITECTURES[architecture]
-    mod = importlib.import_module(module)
     try:
-        cfg = from_dict(getattr(mod, cfg_cls), model_cfg, "model")
+        cfg = model_config(architecture, model_cfg)
     except ConfigError as e:
         raise CheckpointError(f"checkpoint config is not a valid {architecture} config: {e.cause}", e.fix) from None
-    return getattr(mod, model_cls)(cfg)
+    module, _, model_cls = ARCHITECTURES[architecture]
+    return getattr(importlib.import_module(module), model_cls)(cfg)
+
+
+def model_config(architecture: str, model_cfg: dict[str, Any]) -> Any:
+    """The typed config of a registered ``architecture`` from its fields (the ``model`` section), checked.
+
+    Raises:
+        ConfigError: an unknown field, a wrong type or a value the config's checks refuse (named as ``model.*``).
+    """
+    module, cfg_cls, _ = ARCHITECTURES[architecture]
+    return from_dict(getattr(importlib.import_module(module), cfg_cls), model_cfg, "model")
 
 
 def check_model_fields(architecture: str, fields: dict[str, Any], path: str = "model") -> None:

@@ -109,7 +109,7 @@ from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_eve
 from ..framework.checkpoint import has_checkpoint, resume_dir
 from ..framework.trainer import to_device
 from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
-                   checkpoint_config, load_checkpoint, save_pretrained, vocab_fingerprint)
+                   checkpoint_config, load_checkpoint, model_config, save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, SpanEnd, check_backbone,
                             fine_tunable, get_adapter)
@@ -602,6 +602,28 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
     return FineTuneModel(ft, backbone), vocab
 
 
+def check_fit(cfg: FineTuneRecipe, architecture: str, backbone_config: Any) -> None:
+    """Refuse a recipe whose settings the backbone cannot serve: the auxiliary LM without a left-to-right LM head,
+    max_segments > 1 without memory, max_len beyond the backbone's positions.
+
+    Raises:
+        ConfigError: naming the setting and the fix.
+    """
+    adapter, d = get_adapter(architecture), cfg.data
+    if cfg.aux_lm_weight and not adapter.causal:
+        raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {architecture} backbone has no "
+                          "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt, "
+                          "lstm_lm and transformer_xl)")
+    if d.max_segments > 1 and not adapter.memory:
+        raise ConfigError(f"data.max_segments is {d.max_segments} but the {architecture} backbone reads no earlier "
+                          "segments", "set data.max_segments 1 (it cuts long texts to max_len), or fine-tune an "
+                          "XLNet or Transformer-XL backbone")
+    max_position = getattr(backbone_config, "max_position", None)
+    if max_position is not None and d.max_len > max_position:
+        raise ConfigError(f"data.max_len {d.max_len} is longer than the {architecture} backbone's {max_position} "
+                          "positions", "lower data.max_len")
+
+
 def encoder_for(model: FineTuneModel, vocab, max_query_len: int = 64) -> TaskEncoder:
     cfg = model.config
     return TaskEncoder(model.input_format(vocab), vocab, cfg.max_len, cfg.doc_stride, max_query_len)
@@ -698,6 +720,13 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if cfg.span_end != "linear" and spec.transform != "span":
         raise ConfigError(f"span_end is {cfg.span_end} but task '{spec.name}' is not a span task",
                           "drop span_end: it chooses how a span head scores answer ends")
+    spec.check_split(d.train_split, labelled=True, role="data.train_split")
+    spec.check_split(d.dev_split, labelled=True, role="data.dev_split")
+    if d.test_split is not None:
+        spec.check_split(d.test_split)
+    if cfg.init is None:   # the backbone the recipe builds, checked before a tokenizer is trained into OUT
+        get_adapter(cfg.backbone)
+        check_fit(cfg, cfg.backbone, model_config(cfg.backbone, {**cfg.model, "n_token": cfg.vocab_size}))
     train_ex = subset(load_task(spec, d.train_split, seed=d.squad_seed), d.max_train_examples)
     if spec.transform == "span" and not spec.unanswerable and any(not ex.answers for ex in train_ex):
         raise ConfigError(f"task '{spec.name}' split '{d.train_split}' holds questions without an answer, but the "
@@ -710,17 +739,11 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     # before that leaves no empty folder
     seed_everything(seed)
     model, vocab = build_model_and_vocab(cfg, spec, train_ex, out_dir, resume)
-    if d.max_len > getattr(model.backbone.config, "max_position", d.max_len):
-        raise ConfigError(f"data.max_len {d.max_len} is longer than the backbone's {model.backbone.config.max_position} "
-                          "positions", "lower data.max_len")
+    check_fit(cfg, model.config.backbone, model.backbone.config)
     encoder = encoder_for(model, vocab, d.max_query_len)
     fmt = encoder.fmt
     train_items, train_cut = encode_items(train_ex, spec, encoder, model.config, d.train_split)
     dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config, d.dev_split)
-    if cfg.aux_lm_weight and not model.adapter.causal:
-        raise ConfigError(f"aux_lm_weight is {cfg.aux_lm_weight} but the {model.config.backbone} backbone has no "
-                          "left-to-right LM head", "set aux_lm_weight 0 (GPT-1's auxiliary LM is for gpt, "
-                          "lstm_lm and transformer_xl)")
     steps = cfg.steps or max(1, math.ceil(cfg.epochs * len(train_items) / d.batch_size))
     terms = [Term(TaskObjective(model.config.head.kind, cfg.aux_lm_weight),
                   ItemStream(train_items, fmt, d.batch_size, seed))]

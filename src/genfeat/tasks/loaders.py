@@ -42,8 +42,7 @@ def load_task(task: str | TaskSpec, split: str, download: bool = True, seed: int
         DataError: an unknown split, missing or corrupt files, a malformed record (file and line).
     """
     spec = get_task(task) if isinstance(task, str) else task
-    if split not in spec.splits:
-        raise DataError(f"task '{spec.name}' has no split '{split}'", f"use one of: {', '.join(spec.splits)}")
+    spec.check_split(split)
     if spec.reader == "race":
         return _read_race(spec, split, download)
     path = resolve(spec.dataset, spec.splits[split].file, download=download)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 
 Transform = Literal["single", "pair", "similarity", "multiple_choice", "span"]
 Reader = Literal["tsv", "csv", "imdb", "race", "squad"]
@@ -132,6 +132,20 @@ class TaskSpec(Config):
             if _label_key(name) in (_label_key(label), _label_key(self.label_names[j]) if self.label_names else None):
                 return j
         return None
+
+    def check_split(self, split: str, labelled: bool = False, role: str = "") -> None:
+        """Refuse a split the task has not, or (``labelled``) one whose examples carry no labels (a delimited file
+        without a label column: GLUE's test files); ``role`` names the setting that chose it (for the fix).
+
+        Raises:
+            DataError: the split is unknown or unlabelled.
+        """
+        if split not in self.splits:
+            raise DataError(f"task '{self.name}' has no split '{split}'", f"use one of: {', '.join(self.splits)}")
+        if labelled and self.reader in ("tsv", "csv") and self.splits[split].label_column is None:
+            labelled_splits = [name for name, s in self.splits.items() if s.label_column is not None]
+            raise DataError(f"task '{self.name}' split '{split}' has no labels",
+                            f"set {role or 'the split'} to a labelled split ({', '.join(labelled_splits)})")
 
     @property
     def n_labels(self) -> int:
