@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from genfeat.data.tokenizers import TEXT_AS_IS, TokenizerConfig, load_tokenizer, train_tokenizer
+
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
 pytestmark = pytest.mark.hf_interop
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
 
 TRICKY = ["café crème brûlée", "`` mostly martha '' and ``more''", "It cost 1,000, then 2,500,000, and 7, ok",
-          "  two   spaces\t\nand a tab ", "ΣΑΣ İstanbul Ⅻ ﬁne", "naïve résumé 3,4,5, x", "", "   ", "1,", ",,,"]
+          "  two   spaces\t\nand a tab ", "ΣΑΣ İstanbul Ⅻ ﬁne", "naïve résumé 3,4,5, x", "", "   ", "1,", ",,,",
+          "ΛΟΓΟΣ and ΟΔΟΣ", "the Cafe\u0301 and \u00b4acute"]
 
 
 def _texts() -> list[str]:
@@ -83,30 +86,42 @@ def test_hf_xlnet_directory_reads_text_as_transformers_xlnet_tokenizer(tmp_path,
             if piece in ("<unk>", "\u2581") or a == b and text in TRICKY:   # sentencepiece gives no characters
                 continue                                                  # to the 2nd+ pieces of one (Ⅻ: x, i, i)
             assert surface in prepared(a, b), (text, piece, text[a:b])
-            assert b - a == 1 or surface not in prepared(a + 1, b) + prepared(a, b - 1), (text, piece, text[a:b])
-    # an answer with accents and numbers is found at its characters of the original text
-    context = "In  1,000, the ``café''   opened."
+            core = b                                  # the combining marks the preparation drops join the piece
+            while core - a > 1 and unicodedata.combining(text[core - 1]):
+                core -= 1
+            spacing = prepared(a, a + 1).isspace()   # '´' prepares to a space: the word's '▁' piece starts there
+            assert core - a == 1 or spacing or surface not in prepared(a + 1, core) + prepared(a, core - 1), \
+                (text, piece, text[a:b])
+    # answers with accents (one written as e + a combining accent, which the preparation drops) and numbers are
+    # found at their characters of the original text
+    context = "In  1,000, the ``café''   met the Cafe\u0301 crowd."
     ids, spans = tokenize_with_offsets(vocab, context)
-    start = context.index("café")
-    covering = [(a, b) for a, b in spans if a < start + 4 and b > start]
-    assert context[covering[0][0]:covering[-1][1]] == "café"
+    for answer in ("café", "Cafe\u0301", "1,000"):
+        start = context.index(answer)
+        covering = [(a, b) for a, b in spans if a < start + len(answer) and b > start]
+        assert context[covering[0][0]:covering[-1][1]] == answer
     # the rules survive a genfeat checkpoint and an export; genfeat's own sentencepiece reads text as it is
     save_pretrained(model, tmp_path / "ours", vocab=vocab)
     assert load_vocab(tmp_path / "ours" / "vocab.json").text == vocab.text
     save_pretrained(model, tmp_path / "back", vocab=vocab, hf=True)
     config = json.loads((tmp_path / "back" / "tokenizer_config.json").read_text())
     assert (config["do_lower_case"], config["keep_accents"]) == (vocab.text.lower, vocab.text.keep_accents)
+    assert config[TEXT_AS_IS] is False
     assert load_checkpoint(tmp_path / "back")[1].text == vocab.text
 
 
-def test_a_tokenizer_genfeat_trained_reads_text_as_it_is(tmp_path):
-    from genfeat.data.tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
-
+def test_a_tokenizer_genfeat_trained_reads_text_as_it_is_also_in_an_export(tmp_path):
+    """genfeat's own sentencepiece models were trained on text as it is: their folders, and a Hugging Face export
+    of such a model (marked TEXT_AS_IS), read it so; without the mark the folder is read as transformers would."""
     (tmp_path / "c.txt").write_text("\n".join(f"café number {i},000, `` quoted ''" for i in range(200)) + "\n")
     trained = train_tokenizer(TokenizerConfig("sentencepiece", 50), tmp_path / "c.txt", tmp_path / "sp")
     again = load_tokenizer(tmp_path / "sp")
     assert trained.text is None and again.text is None
     assert again.encode("`` café ''") == again.sp.encode("`` café ''")
-    as_hf = load_tokenizer(tmp_path / "sp", hf_model=True)       # the same folder as a Hugging Face model's
-    assert as_hf.text is not None and as_hf.text.keep_accents    # genfeat writes keep_accents: true
+    config = tmp_path / "sp" / "tokenizer_config.json"
+    assert json.loads(config.read_text())[TEXT_AS_IS] is True
+    assert load_tokenizer(tmp_path / "sp", hf_model=True).text is None
+    config.write_text(json.dumps({k: v for k, v in json.loads(config.read_text()).items() if k != TEXT_AS_IS}))
+    as_hf = load_tokenizer(tmp_path / "sp", hf_model=True)      # the same folder, not marked: transformers' reading
+    assert as_hf.text is not None and as_hf.text.keep_accents   # genfeat writes keep_accents: true
     assert as_hf.encode("`` café ''") == again.sp.encode('" café "')

@@ -327,9 +327,16 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
             _write_config(out, "OpenAIGPTTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "bpe")
 
 
+TEXT_AS_IS = "genfeat_text_as_is"
+"""tokenizer_config.json key genfeat writes beside a sentencepiece model of its own, which reads text as it is
+(trained so): genfeat reads such an export back as the checkpoint did. transformers keeps the key but applies
+XLNetTokenizer's rules all the same (quote pairs, space runs, the digit-comma split), so there ids differ on texts
+those rules rewrite."""
+
+
 def _write_config(out: Path, cls: str, lowercase: bool, kind: str, text=None) -> None:
     """``text``: a sentencepiece vocabulary's XLNetText (None: genfeat's own, which reads text as it is: accents
-    kept; XLNetTokenizer's quote and space rules still apply in transformers)."""
+    kept, :data:`TEXT_AS_IS` set)."""
     sp = SPECIALS[kind]
     config = {"tokenizer_class": cls, "do_lower_case": lowercase, "model_max_length": 512,
               **{f"{role}_token": sp[role] for role in ("unk", "cls", "sep", "pad", "mask") if role in sp}}
@@ -337,7 +344,7 @@ def _write_config(out: Path, cls: str, lowercase: bool, kind: str, text=None) ->
         config.update(bos_token=sp["bos"], eos_token=sp["eos"], additional_special_tokens=[sp["eop"], sp["eod"]],
                       remove_space=True if text is None else text.remove_space,
                       keep_accents=True if text is None else text.keep_accents,
-                      do_lower_case=False if text is None else text.lower)
+                      do_lower_case=False if text is None else text.lower, **{TEXT_AS_IS: text is None})
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
@@ -370,7 +377,8 @@ def load_tokenizer(path: str | Path, hf_model: bool = False) -> Vocab:
     ``hf_model``: the folder is a Hugging Face model directory, whose sentencepiece model reads text as
     transformers' XLNetTokenizer prepares it (:class:`~genfeat.data.vocab.XLNetText`, with the
     ``do_lower_case``, ``remove_space`` and ``keep_accents`` of its tokenizer_config.json, transformers' defaults
-    for those it lacks); a tokenizer folder genfeat trained reads text as it is."""
+    for those it lacks), unless genfeat wrote it for a model of its own (:data:`TEXT_AS_IS`); a tokenizer folder
+    genfeat trained reads text as it is."""
     from .vocab import XLNetText, _tokenizer_from_json
 
     path = Path(path)
@@ -382,7 +390,8 @@ def load_tokenizer(path: str | Path, hf_model: bool = False) -> Vocab:
         if (path / "spiece.model").is_file():
             text = XLNetText(lower=bool(settings.get("do_lower_case", False)),
                              remove_space=bool(settings.get("remove_space", True)),
-                             keep_accents=bool(settings.get("keep_accents", False))) if hf_model else None
+                             keep_accents=bool(settings.get("keep_accents", False))) \
+                if hf_model and not settings.get(TEXT_AS_IS) else None
             return SentencePieceVocab((path / "spiece.model").read_bytes(), text)
         if (path / "tokenizer.json").is_file():
             return BPEVocab(_tokenizer_from_json((path / "tokenizer.json").read_text(encoding="utf-8")))

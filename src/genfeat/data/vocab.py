@@ -304,14 +304,16 @@ class XLNetText:
                     k += 1
             chars = merged
         if not self.keep_accents:                        # per character: the marks NFKD would reorder are dropped
-            chars = [(d, a, b) for c, a, b in chars for d in unicodedata.normalize("NFKD", c)
-                     if not unicodedata.combining(d)]
-        if self.lower:
-            whole = "".join(c for c, _, _ in chars).lower()
-            if len(whole) == len(chars):                 # str.lower of the whole text: final sigma included
-                chars = [(d, a, b) for d, (_, a, b) in zip(whole, chars)]
-            else:
-                chars = [(d, a, b) for c, a, b in chars for d in c.lower()]
+            kept: list[tuple[str, int, int]] = []
+            for c, a, b in chars:
+                for d in unicodedata.normalize("NFKD", c):
+                    if not unicodedata.combining(d):
+                        kept.append((d, a, b))
+                    elif kept:                           # a dropped mark's characters go to the one before it
+                        kept[-1] = (kept[-1][0], kept[-1][1], b)
+            chars = kept
+        if self.lower:   # one character at a time, as transformers' tokenize() does: a final Σ gives σ, not ς
+            chars = [(d, a, b) for c, a, b in chars for d in c.lower()]
         return "".join(c for c, _, _ in chars), [(a, b) for _, a, b in chars]
 
 
