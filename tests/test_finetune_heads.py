@@ -155,7 +155,8 @@ def test_gpt_new_parameters_are_the_head_and_three_special_tokens():
     backbone = build_model("gpt", TINY["gpt"])
     before = {k: v.clone() for k, v in backbone.state_dict().items()}
     head = HeadConfig(kind="classification", n_labels=2, d_model=16, pool=False)
-    model = FineTuneModel(FineTuneConfig(task="t", backbone="gpt", backbone_config=TINY["gpt"], head=head), backbone)
+    model = FineTuneModel(FineTuneConfig(task="t", backbone="gpt", backbone_config=TINY["gpt"], head=head, max_len=32),
+                          backbone)
     fmt = model.input_format(None)
     assert isinstance(fmt, GPTFormat) and (fmt.start_id, fmt.delim_id, fmt.extract_id) == (50, 51, 52)
     new = {k for k in model.state_dict()} - {f"backbone.{k}" for k in before}
@@ -383,3 +384,22 @@ def test_auxiliary_lm_under_distributed_data_parallel(backbone, tmp_path):
         assert two.keys() == one.keys()
         for k in one:
             torch.testing.assert_close(two[k], one[k], atol=1e-6, rtol=1e-5, msg=k)
+
+
+@pytest.mark.parametrize("backbone", ["bert", "gpt"])
+def test_a_max_len_beyond_the_backbones_positions_is_refused_when_the_model_is_built(backbone, tmp_path):
+    """A checkpoint whose max_len exceeds its backbone's positions is refused on load, not mid-prediction."""
+    import json
+
+    from genfeat.errors import CheckpointError
+    from genfeat.hub import from_pretrained, save_pretrained
+
+    head = HeadConfig(kind="classification", n_labels=2, d_model=16, pool=get_adapter(backbone).pool, dropout=0.0)
+    with pytest.raises(ConfigError, match=f"max_len 33 is longer than the {backbone} backbone's 32 positions"):
+        FineTuneModel(FineTuneConfig(task="t", backbone=backbone, backbone_config=TINY[backbone], head=head, max_len=33))
+    save_pretrained(make(backbone, n_labels=2), tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["model"]["max_len"] = 1000
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="not a valid finetune config: max_len 1000 is longer"):
+        from_pretrained(tmp_path / "m")

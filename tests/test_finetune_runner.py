@@ -84,7 +84,7 @@ def test_a_head_for_another_task_or_a_foreign_tokenizer_is_one_error_line(debug_
     shutil.copytree(out / "final", bad)
     SymbolVocab(["a", "b", "c"], "word").save(bad / "vocab.json")
     code, _, err = _main(["evaluate", "--checkpoint", str(bad), "--task", "sst2"], capsys)
-    assert code == 2 and "tokenizer" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "has a vocabulary of 3 types but the model predicts" in err and len(err.strip().splitlines()) == 1
     # another tokenizer of the same size: the sha256 of the ordered vocabulary in config.json tells them apart,
     # for evaluate and as a fine-tuning init
     from genfeat.errors import CheckpointError
@@ -445,3 +445,24 @@ def test_what_the_recipe_alone_shows_wrong_is_refused_before_out_is_written(tmp_
     with pytest.raises(getattr(errors, error), match=match):
         run_recipe("recipes/finetune/debug.yaml", merged, [0], out_dir=out, progress=False)
     assert not out.exists()
+
+
+@needs_glue
+def test_evaluate_refuses_a_checkpoint_with_nan_weights(tmp_path):
+    """NaN weights give NaN scores, whose argmax is class 0: evaluate refuses them instead of reporting a figure."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from genfeat.errors import CheckpointError
+    from genfeat.methods.finetune import evaluate_task
+
+    run_recipe("recipes/finetune/debug.yaml", {"steps": 1, "vocab_size": 200, "train": {"eval_every": 0},
+                                               "data": {"max_train_examples": 16, "max_eval_examples": 8}},
+               [0], out_dir=tmp_path / "ft", progress=False)
+    final = tmp_path / "ft" / "final"
+    assert 0.0 <= evaluate_task(final, "sst2", max_examples=8)["accuracy"] <= 1.0
+    weights = load_file(final / "model.safetensors")
+    name = next(k for k in sorted(weights) if k.startswith("head."))
+    save_file({**weights, name: torch.full_like(weights[name], float("nan"))}, str(final / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"NaN or infinite weights in 1 tensors \(first: {name}\)"):
+        evaluate_task(final, "sst2", max_examples=8)

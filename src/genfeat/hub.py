@@ -119,12 +119,11 @@ def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
     if architecture not in ARCHITECTURES:
         raise CheckpointError(f"unknown architecture '{architecture}'",
                               f"genfeat knows {sorted(ARCHITECTURES)}; was the checkpoint written by a newer genfeat?")
+    module, _, model_cls = ARCHITECTURES[architecture]
     try:
-        cfg = model_config(architecture, model_cfg)
+        return getattr(importlib.import_module(module), model_cls)(model_config(architecture, model_cfg))
     except ConfigError as e:
         raise CheckpointError(f"checkpoint config is not a valid {architecture} config: {e.cause}", e.fix) from None
-    module, _, model_cls = ARCHITECTURES[architecture]
-    return getattr(importlib.import_module(module), model_cls)(cfg)
 
 
 def model_config(architecture: str, model_cfg: dict[str, Any]) -> Any:
@@ -269,7 +268,7 @@ def load_checkpoint(path: str | Path, architecture: str | None = None,
         vocab, source = load_tokenizer(path, hf_model=True), hf_tokenizer
     if require_vocab:
         require_vocabulary(vocab, path)
-    cfg = getattr(model, "config", None)
+    cfg = getattr(getattr(model, "backbone", model), "config", None)   # a fine-tuned model: its backbone's
     n_token = getattr(cfg, "n_token", None)
     if vocab is not None and n_token is not None and len(vocab) not in (n_token, n_token + getattr(cfg, "n_special", 0)):
         raise CheckpointError(f"checkpoint '{path}' has a vocabulary of {len(vocab)} types but the model "
@@ -277,7 +276,7 @@ def load_checkpoint(path: str | Path, architecture: str | None = None,
     expected = read_config(path).get(VOCAB_FINGERPRINT) if vocab is not None else None
     if expected is not None and vocab_fingerprint(vocab) != expected:
         raise CheckpointError(f"the {source} in checkpoint '{path}' is not the tokenizer the model was trained with "
-                              f"(same size, other tokens: its sha256 differs from config.json's {VOCAB_FINGERPRINT})",
+                              f"(other tokens: its sha256 differs from config.json's {VOCAB_FINGERPRINT})",
                               f"restore the {source} saved with this checkpoint, or fine-tune from a checkpoint "
                               "whose tokenizer you have")
     # a model may read text beyond the vocabulary it predicts (ELMo spells every word): it says how, also as

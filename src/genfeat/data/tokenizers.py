@@ -348,8 +348,10 @@ def _write_config(out: Path, cls: str, lowercase: bool, kind: str, text=None) ->
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -> Vocab:
+def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path, size_setting: str = "--vocab-size"
+                    ) -> Vocab:
     """Train a tokenizer on ``corpus`` and write its Hugging Face files to ``out`` (replaced as a whole).
+    ``size_setting``: what errors call the vocabulary size (the command's flag; a recipe's field for a run).
 
     Raises:
         DataError: a missing or empty corpus, a line that is not UTF-8, a vocabulary size the
@@ -362,7 +364,11 @@ def train_tokenizer(cfg: TokenizerConfig, corpus: str | Path, out: str | Path) -
         raise ConfigError(f"--out '{out}' is a file or a folder holding other files, which writing the tokenizer "
                           "there would delete", "pass a new folder, or a tokenizer folder to replace")
     train = {"wordpiece": _train_wordpiece, "sentencepiece": _train_sentencepiece, "bpe": _train_bpe}[cfg.kind]
-    vocab = train(_checked_lines(corpus), cfg)
+    try:
+        vocab = train(_checked_lines(corpus), cfg)
+    except DataError as e:
+        raise DataError(e.cause.replace("--vocab-size", size_setting), e.fix.replace("--vocab-size", size_setting)) \
+            from None
     with atomic_dir(out) as tmp:
         save_hf_tokenizer(vocab, tmp)
     return vocab

@@ -557,7 +557,7 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
         corpus = Path(tmp) / "corpus.txt"
         corpus.write_text("\n".join(" ".join(t.split()) for t in texts) + "\n", encoding="utf-8")
         where = Path(out_dir) / "tokenizer" if out_dir is not None and not resume else Path(tmp) / "tokenizer"
-        return train_tokenizer(TokenizerConfig(kind, cfg.vocab_size, lowercase=False), corpus, where)
+        return train_tokenizer(TokenizerConfig(kind, cfg.vocab_size, lowercase=False), corpus, where, "vocab_size")
 
 
 def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: Sequence[Example],
@@ -565,7 +565,8 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
     """The backbone of ``cfg.init`` (or a random one with a tokenizer trained on the task) with a new head."""
     if cfg.init is not None:
         if not Path(cfg.init).is_dir():
-            raise CheckpointError(f"init '{cfg.init}' does not exist",
+            state = "is a file, not a model directory" if Path(cfg.init).exists() else "does not exist"
+            raise CheckpointError(f"init '{cfg.init}' {state}",
                                   "train the pretraining recipe the fine-tuning recipe names first (its comment gives "
                                   "the command and --out), or point init at a genfeat or Hugging Face model directory")
         backbone, vocab = load_checkpoint(cfg.init)
@@ -821,6 +822,11 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
     check_head(model, spec, checkpoint)
+    broken = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if broken:   # argmax over NaN scores is class 0: a figure, silently wrong
+        raise CheckpointError(f"checkpoint '{checkpoint}' holds NaN or infinite weights in {len(broken)} tensors "
+                              f"(first: {broken[0]})", "use a checkpoint saved before the training diverged, or "
+                              "export or copy it again if the file was damaged")
     align_labels(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))
     examples = load_task(spec, split, seed=squad_seed)

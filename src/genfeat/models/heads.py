@@ -511,6 +511,10 @@ class FineTuneModel(nn.Module):
             # the last segment sees every earlier one
             need = (cfg.max_segments - 1) * cfg.max_len
             backbone.config = dataclasses.replace(backbone.config, mem_len=max(backbone.config.mem_len, need))
+        max_position = getattr(backbone.config, "max_position", None)
+        if max_position is not None and cfg.max_len > max_position:
+            raise ConfigError(f"max_len {cfg.max_len} is longer than the {cfg.backbone} backbone's {max_position} "
+                              "positions", "lower max_len to the backbone's positions at most")
         self.adapter.prepare(backbone)
         self.backbone = backbone
         self.head = TaskHead(cfg.head)
