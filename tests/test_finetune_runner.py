@@ -466,3 +466,20 @@ def test_evaluate_refuses_a_checkpoint_with_nan_weights(tmp_path):
     save_file({**weights, name: torch.full_like(weights[name], float("nan"))}, str(final / "model.safetensors"))
     with pytest.raises(CheckpointError, match=rf"NaN or infinite weights in 1 tensors \(first: {name}\)"):
         evaluate_task(final, "sst2", max_examples=8)
+
+
+@needs_glue
+def test_a_runs_tokenizer_and_init_errors_name_the_recipes_settings(tmp_path):
+    """The tokenizer a run trains names the recipe's vocab_size (not the tokenizer command's --vocab-size); an init
+    that is a file is called one."""
+    from genfeat.errors import CheckpointError, DataError
+
+    small = {"steps": 1, "data": {"max_train_examples": 16, "max_eval_examples": 8}}
+    with pytest.raises(DataError, match=r"fewer than vocab_size 5000\. fix: pass vocab_size \d+ or less"):
+        run_recipe("recipes/finetune/debug.yaml", {**small, "vocab_size": 5000}, [0], out_dir=tmp_path / "a",
+                   progress=False)
+    (tmp_path / "afile").write_text("x")
+    recipe = tmp_path / "ft.yaml"
+    recipe.write_text(f"method: finetune\ninit: {tmp_path / 'afile'}\nsteps: 1\ndata: {{task: sst2}}\n")
+    with pytest.raises(CheckpointError, match="init '.*afile' is a file, not a model directory"):
+        run_recipe(recipe, {}, [0], out_dir=tmp_path / "b", progress=False)
