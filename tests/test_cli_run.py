@@ -79,10 +79,14 @@ def test_run_several_seeds_writes_a_folder_per_seed_and_summarises(tmp_path, cap
     assert rc == 2 and err.count("\n") == 1, err
     assert f"output directory '{out}' already holds a finished transformer_xl run (seed3/, seed4/)" in err
     assert "--resume" in err and "--overwrite" in err
-    # --overwrite replaces the run: the earlier seeds' folders do not linger beside the new one-seed run
+    # --overwrite replaces the run: the earlier seeds' folders do not linger beside the new one-seed run, nor do the
+    # outputs other methods write beside a run (word2vec's vectors); files of the user's own stay
+    (out / "vectors.bin").write_bytes(b"old")
+    (out / "notes.txt").write_text("mine")
     rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--overwrite", "--json", "--no-progress")
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "provenance.json", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "notes.txt", "provenance.json",
+                                                     "results.json"]
     assert json.loads((out / "results.json").read_text()) == last_json(stdout)["runs"][0]
     # every checkpoint names the method that wrote it beside its recipe
     for ckpt in ("final", "last"):
@@ -279,6 +283,17 @@ def test_resume_asks_for_every_seed_of_the_run_in_out_and_may_add_more(tmp_path,
         assert rc == 2 and len(lines) == 1, err
         assert f"output directory '{out}' holds seeds 0, 1, 2 of a run" in err and cause in err and f"fix: {fix}" in err
         assert mtimes(out) == before, "a refused resume changed OUT"
+    # a seed paused by train.stop_after_steps: no summary over the others alone, the result says which are unfinished
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--seeds", 4, "--out", out, "--json", "--no-progress", "--resume",
+                              "--train.save_every", 1, "--train.stop_after_steps", 1)
+    assert rc == 0, err
+    paused = last_json(stdout)
+    assert paused["interrupted"] == 1.0 and paused["unfinished_seeds"] == [3]
+    assert not any(k.endswith(("_mean", "_std", "_median")) for k in paused), "a summary over seeds 0-2 alone"
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--seeds", 4, "--out", out, "--json", "--no-progress", "--resume")
+    done = last_json(stdout)
+    assert rc == 0 and "interrupted" not in done and len(done["runs"]) == 4 and "valid_loss_mean" in done, err
+    assert done["runs"][:3] == more["runs"]
 
 
 def test_resume_of_several_seeds_is_refused_before_any_work_where_out_cannot_continue(tmp_path, capsys):

@@ -203,6 +203,12 @@ writes over them only with ``resume`` or ``overwrite`` (or over a provenance.jso
 ended before writing anything else)."""
 
 
+RUN_EXTRAS = ("vectors.bin", "vectors.txt", "dev_questions.jsonl", "samples.png", "figures", "sample.txt")
+"""Outputs some methods write beside :data:`RUN_OUTPUTS` (word2vec's vectors, the question generator's dev questions,
+the complement GAN's sample grid or figures, Transformer-XL's sample): they do not by themselves make OUT a run,
+but ``--overwrite`` removes them with the run they came with."""
+
+
 STAGES = ("init", "pretrain", "g_mle")
 """The folders of a run's OUT where a first phase of it checkpoints: Planetoid's initialisation, a fine-tuning
 run's pretraining stage, GDAN's pretraining of G."""
@@ -265,6 +271,8 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
         return
     found = _run_outputs(out)
     if overwrite:
+        if any(p.name != PROVENANCE for p in found):
+            found += [out / name for name in RUN_EXTRAS if (out / name).exists()]
         for p in found:
             if p.is_dir():
                 shutil.rmtree(p)
@@ -378,7 +386,9 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
                out_dir: str | Path | None = None, progress: bool = True, resume: bool = False,
                overwrite: bool = False, command: list[str] | None = None) -> dict[str, Any]:
     """Run a recipe for each seed and return the per-seed figures, their summary and this invocation's
-    ``provenance`` (genfeat.provenance; also written to OUT/provenance.json before any work).
+    ``provenance`` (genfeat.provenance; also written to OUT/provenance.json before any work). When
+    ``train.stop_after_steps`` paused a seed before its end, the result says ``interrupted`` and lists
+    ``unfinished_seeds`` instead of a summary (``--resume`` goes on; the summary comes when every seed is done).
 
     Args:
         out_dir: the run's OUT (default runs/<recipe file name>); with several seeds each writes OUT/seed<k>.
@@ -416,7 +426,11 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:
         result.update(runs[0])
-    result.update(summarise(runs))
+    unfinished = [seed for seed, figures in zip(seeds, runs) if figures.get("interrupted")]
+    if unfinished:   # train.stop_after_steps paused these seeds: a summary would be over the others alone
+        result.update({"interrupted": 1.0, "unfinished_seeds": unfinished})
+    else:
+        result.update(summarise(runs))
     result.update({"seeds": seeds, "runs": runs, "seconds": time.time() - t0, "out_dir": str(base),
                    "provenance": record})
     return result
