@@ -54,6 +54,22 @@ def test_resume_after_kill_ends_with_identical_parameters(tmp_path):
     assert logged(tmp_path / "run") == logged(tmp_path / "full")
 
 
+def test_a_log_line_straddling_the_checkpoint_covers_the_same_steps_after_a_resume(tmp_path):
+    """log_every 3, save_every 4: the checkpoint at fine step 4 falls inside the window logged at step 6, whose sums
+    before the kill are kept with the checkpoint, so the resumed log is the uninterrupted one's (it averaged steps
+    5-6 alone before)."""
+    model, phases, cfg = build()
+    Trainer(model, phases, replace(cfg, log_every=3), out_dir=tmp_path / "full").fit()
+    model, phases, cfg = build(fail_at=2 * 6 + 1)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(model, phases, replace(cfg, log_every=3), out_dir=tmp_path / "run").fit()
+    assert ckpt.load_trainer_state(tmp_path / "run" / "last")["log_windows"][0], "the window's sums are kept"
+    model, phases, cfg = build()
+    Trainer(model, phases, replace(cfg, log_every=3), out_dir=tmp_path / "run",
+            resume_from=tmp_path / "run" / "last").fit()
+    assert logged(tmp_path / "run") == logged(tmp_path / "full")
+
+
 def test_resuming_a_finished_run_repeats_nothing(tmp_path):
     def evaluate(m):
         return {"score": float(sum(p.double().sum() for p in m.parameters()))}

@@ -270,11 +270,15 @@ class Trainer:
         return gathered
 
     def _save(self, name: str, phase_idx: int, phase_step: int, global_step: int,
-              optimizers: dict[str, torch.optim.Optimizer], tracker: dict[str, Any]) -> None:
+              optimizers: dict[str, torch.optim.Optimizer], tracker: dict[str, Any],
+              window: dict[str, list[float]] | None = None) -> None:
+        """``window``: the logging window's sums since the last log line, each rank's, kept so that a resumed run
+        logs that line over the same steps as an uninterrupted one."""
         phase = self.phases[phase_idx]
         objective_states = self._gather([{k: v.detach().cpu() for k, v in t.objective.state_dict().items()}
                                          for t in phase.terms()])
         rng_states = self._gather(rng_state())
+        windows = self._gather(window or {})
         if self.out_dir is None or not self.dist.is_main:
             return
         state = {
@@ -287,6 +291,7 @@ class Trainer:
             "objectives": objective_states,
             "rng": rng_states,
             "tracker": {k: v for k, v in tracker.items() if k != "best_state"},
+            "log_windows": windows,
         }
         # only a checkpoint inside a phase needs the best state: at a phase's end it is restored already
         inside = 0 < phase_step < self.phases[phase_idx].steps
@@ -429,7 +434,7 @@ class Trainer:
                 if self.dist.enabled:
                     term.stream.shard(self.dist.rank, self.dist.world)
                 term.objective.reset_state()
-            start = 0
+            start, restored = 0, {}
             if resume_state is not None and p_idx == phase_idx:
                 for name, opt_state in resume_state["optimizers"].items():
                     optimizers[name].load_state_dict(opt_state)
@@ -441,6 +446,8 @@ class Trainer:
                 # Checkpoints written before per-rank RNG states hold one state (a dict).
                 set_rng_state(rng[self.dist.rank] if isinstance(rng, list) else rng)
                 start = phase_step
+                # checkpoints written before the logging window was kept hold none: that log line covers fewer steps
+                restored = (resume_state.get("log_windows") or [{}] * self.dist.world)[self.dist.rank]
                 if start > phase.steps:
                     raise CheckpointError(f"checkpoint '{resume_from}' is at step {start} of phase '{phase.name}', "
                                           f"past its {phase.steps} steps in this schedule",
@@ -462,8 +469,8 @@ class Trainer:
                                       "evaluation made before it", "resume with --train.keep_best false, or start a "
                                       "new run without --resume")
             self.model.train()
-            window: dict[str, list[float]] = {}
-            window_items, window_t0 = 0.0, time.time()
+            window: dict[str, list[float]] = {k: list(v) for k, v in restored.items()}
+            window_items, window_t0 = 0.0, time.time()   # items_per_s: the items of this invocation's steps
             stopped = False
             step = start
             with tqdm(total=phase.steps, initial=start, desc=phase.name, dynamic_ncols=True, mininterval=1.0,
@@ -503,10 +510,10 @@ class Trainer:
                     # at the phase's last step the checkpoint follows its evaluation (below), so a resume from
                     # it never skips that evaluation or the best-state restore
                     if self.cfg.save_every and done % self.cfg.save_every == 0 and done != phase.steps:
-                        self._save("last", p_idx, done, global_step, optimizers, tracker)
+                        self._save("last", p_idx, done, global_step, optimizers, tracker, window)
                     steps_this_run += 1
                     if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
-                        self._save("last", p_idx, done, global_step, optimizers, tracker)
+                        self._save("last", p_idx, done, global_step, optimizers, tracker, window)
                         return TrainResult(steps=global_step, seconds=time.time() - start_time,
                                            best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
                                            history=tracker["history"], interrupted=True)
