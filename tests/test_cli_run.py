@@ -185,6 +185,8 @@ def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overw
             (early / stage / "stage.json").write_text("{}")
         rc, _, err = run_cli(capsys, "run", recipe, "--out", early, "--no-progress")
         assert rc == 2 and "it has no checkpoint to resume from: pass --overwrite" in err, (stage, err)
+        owner = {"g_mle": "gdan", "pretrain": "finetune", "init": "planetoid"}[stage]
+        assert f"a partial {owner} run ({stage}/)" in err, "the run is named by its method, not its stage's"
         (early / stage / "last").mkdir()
         rc, _, err = run_cli(capsys, "run", recipe, "--out", early, "--no-progress")
         assert rc == 2 and "fix: pass --resume to continue it" in err, (stage, err)

@@ -241,15 +241,17 @@ def _run_outputs(out: Path) -> list[Path]:
 
 def _run_model(out: Path) -> str | None:
     """The method or architecture of the run in ``out``, as its checkpoints or pretraining stage say."""
-    for config in (out / "final" / "config.json", out / "last" / "config.json", out / "pretrain" / "stage.json"):
+    for config in (out / "final" / "config.json", out / "last" / "config.json"):
         try:
             saved = json.loads(config.read_text())
         except (OSError, ValueError):
             continue
-        name = saved.get("method") or saved.get("architecture")
+        name = saved.get("method") or saved.get("architecture") if isinstance(saved, dict) else None
         if isinstance(name, str):
             return name
-    return None
+    # a run stopped in its first stage: the stage's folder says whose (its stage.json names the stage's own method)
+    return next((method for stage, method in (("pretrain", "finetune"), ("g_mle", "gdan"), ("init", "planetoid"))
+                 if (out / stage).is_dir()), None)
 
 
 def _describe_run(out: Path, found: list[Path]) -> str:
