@@ -268,7 +268,8 @@ class XLNetText:
     space and the ends are stripped (``remove_space``), the quote pairs `````` and ``''`` become ``"``, accents
     are dropped (NFKD, combining marks removed) unless ``keep_accents``, lower-casing with ``lower``; after
     sentencepiece, a piece that ends in a comma after a digit ("1,000,") is split before the comma and its
-    number encoded again (so "000" and "," are pieces of their own).
+    number encoded again (so "000" and "," are pieces of their own). Lower-casing goes one character at a time, as
+    transformers' ``tokenize`` does (a final Σ gives σ).
 
     genfeat's own sentencepiece models read text as it is (they were trained on it as it is)."""
 
@@ -276,10 +277,14 @@ class XLNetText:
     remove_space: bool = True
     keep_accents: bool = False
 
-    def prepare(self, text: str) -> tuple[str, list[tuple[int, int]]]:
-        """The prepared text and, per character of it, the [start, end) characters of ``text`` it comes from."""
+    def prepare(self, text: str) -> tuple[str, list[tuple[int, int]] | None]:
+        """The prepared text and, per character of it, the [start, end) characters of ``text`` it comes from (None:
+        character i comes from character i, as for ASCII text that none of the rules but lower-casing changes)."""
         import unicodedata
 
+        if text.isascii() and "``" not in text and "''" not in text and \
+                (not self.remove_space or text == " ".join(text.split())):
+            return (text.lower() if self.lower else text), None
         chars: list[tuple[str, int, int]] = []
         i, n = 0, len(text)
         while i < n:
@@ -365,7 +370,10 @@ class SentencePieceVocab(Vocab):
         span includes the whitespace before the word; a piece the digit-comma rule of :class:`XLNetText` makes
         gets its own characters of the piece it splits)."""
         prepared, source = self.text.prepare(text) if self.text is not None else (text, None)
-        char_at = [i for i, c in enumerate(prepared) for _ in c.encode("utf-8")] + [len(prepared)]  # byte -> char
+        if prepared.isascii():                           # byte offsets are character offsets
+            char_at: list[int] | range = range(len(prepared) + 1)
+        else:
+            char_at = [i for i, c in enumerate(prepared) for _ in c.encode("utf-8")] + [len(prepared)]
         ids, spans = [], []
         for piece in self.sp.encode(prepared, return_type="proto").pieces:
             begin, end = char_at[piece.begin], char_at[piece.end]
