@@ -119,6 +119,9 @@ def test_debug_shows_traceback(tmp_path):
     (["evaluate", "--tgt-len", "8", "--mem-len", "8", "--batch-size", "0"], "--batch-size is 0"),
     (["generate", "--top-k", "0"], "--top-k is 0"),
     (["generate", "--temperature", "0"], "--temperature is 0.0"),
+    (["generate", "--temperature", "nan"], "--temperature is nan"),
+    (["generate", "--seed", "99999999999999999999999"], "a seed is an integer from 0 to 2**63 - 1"),
+    (["generate", "--seed", "-1"], "a seed is an integer from 0 to 2**63 - 1, got -1"),
     (["recl", "--model", "a=x", "--contexts", "8", "16", "--r", "2"], "must be in (0, 1]"),
     (["recl", "--model", "a=x", "--contexts", "16", "8"], "not increasing"),
 ])

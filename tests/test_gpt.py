@@ -77,6 +77,20 @@ def test_generation_with_the_cache_equals_recomputation():
         m.generate(context, 36)
 
 
+def test_a_model_with_the_multiple_choice_head_still_generates_and_scores_as_an_lm():
+    """[b, t] input is the LM's (generation, zero-shot scoring): no multiple-choice scores, the same LM as without
+    the head; [b, k, t] input gets them (an OpenAIGPTDoubleHeadsModel directory loads with the head)."""
+    from genfeat.eval.zero_shot import score_rows
+
+    plain, with_head = model(), model(mc_head=True)
+    with_head.load_state_dict({**with_head.state_dict(), **plain.state_dict()})
+    context = ids(b=2, t=5, seed=3)
+    assert torch.equal(with_head.generate(context, 8, top_k=1), plain.generate(context, 8, top_k=1))
+    assert score_rows(with_head, [([1, 2, 3, 4], 1)]) == score_rows(plain, [([1, 2, 3, 4], 1)])
+    with torch.no_grad():
+        assert with_head(context).mc_logits is None and with_head(context[None]).mc_logits.shape == (1, 2)
+
+
 def test_special_tokens_get_their_own_table_and_leave_the_pretrained_one_alone():
     m = model()
     pretrained = m.word_emb.weight.detach().clone()
@@ -110,8 +124,9 @@ def test_multiple_choice_head_scores_each_choice_at_its_extract_token():
         assert torch.allclose(m(y, mc_token_ids=extract).mc_logits, out.mc_logits, atol=1e-6)
         expected = m.mc_proj(out.hidden[1, 2, 4]).squeeze(-1)
         assert torch.allclose(out.mc_logits[1, 2], expected, atol=1e-6)
+    assert m(x[0]).mc_logits is None, "[b, t] input is the LM's: no choices to score"
     with pytest.raises(ValueError, match=r"needs input ids \[b, k, t\]"):
-        m(x[0])
+        m.mc_logits(out.hidden[0], None)
 
 
 def test_bad_config_and_inputs_are_refused():

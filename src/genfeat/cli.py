@@ -39,6 +39,17 @@ def _fmt(result: dict[str, Any]) -> str:
                      if k not in ("runs", "provenance") and not (single and k.endswith(("_mean", "_std", "_median"))))
 
 
+def _seed(text: str) -> int:
+    """An argparse type: a seed torch's generators take (0 to 2**63 - 1)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"a seed is an integer from 0 to 2**63 - 1, got {text}")
+    return seed
+
+
 def _require(args: argparse.Namespace, **bounds: tuple[float, str]) -> None:
     """Check numeric options before any work: ``name=(least, fix)``; None values are left alone.
 
@@ -104,7 +115,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     from .config import parse_overrides
     from .runner import run_recipe
 
-    _require(args, seeds=(1, "pass --seeds 1 or more"), seed=(0, "seeds are >= 0"))
+    _require(args, seeds=(1, "pass --seeds 1 or more"))
     overrides = parse_overrides(extra)
     seeds = list(range(args.seed, args.seed + args.seeds))
     result = run_recipe(args.recipe, overrides, seeds, out_dir=args.out, progress=not args.no_progress,
@@ -201,7 +212,7 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
     _no_extra(extra)
     _require(args, length=(1, "pass --length 1 or more"), top_k=(1, "pass --top-k 1 (greedy) or more"),
              mem_len=(0, "pass a memory length of 0 or more"))
-    if args.temperature <= 0:
+    if not args.temperature > 0:   # NaN too
         raise ConfigError(f"--temperature is {args.temperature}, but must be > 0", "pass e.g. --temperature 1.0")
     model, vocab = _load_lm(args.checkpoint, args.device, ("transformer_xl", "gpt"))
     gpt = architecture_of(model) == "gpt"
@@ -392,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--model.n_layer 4, and the section's other fields stay as the recipe writes them.")
     r.add_argument("recipe")
     r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
-    r.add_argument("--seed", type=int, default=0, help="first seed")
+    r.add_argument("--seed", type=_seed, default=0, help="first seed")
     r.add_argument("--out", default=None, help="output directory (default runs/RECIPE_NAME)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in OUT exactly: one seed from OUT/last; several seed by seed, a finished "
@@ -445,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--mem-len", type=int, default=None, help="Transformer-XL: memory length while sampling "
                    "(default: the model's)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0)
     g.add_argument("--device", **device_kw)
     g.add_argument("--json", action="store_true")
     g.set_defaults(fn=cmd_generate)
@@ -519,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "reads them instead of parsing again (default: ChunkConfig.cache_dir, "
                         "~/.cache/genfeat/answer_chunks; '' keeps them in memory only)")
     q.add_argument("--per-paragraph", type=int, default=0, help="at most N extracted answers per paragraph (0: all)")
-    q.add_argument("--seed", type=int, default=0, help="seed of the per-paragraph draw")
+    q.add_argument("--seed", type=_seed, default=0, help="seed of the per-paragraph draw")
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=cmd_generate_questions)
     nb = sub.add_parser("neighbours", parents=[common], help="nearest neighbours of a word in a word2vec checkpoint")

@@ -14,7 +14,7 @@ def check_sampling(context: Tensor, top_k: int, temperature: float) -> None:
     """Raise ValueError for an empty context, top_k < 1 or a temperature <= 0."""
     if context.numel() == 0:
         raise ValueError("generation needs a non-empty context")
-    if top_k < 1 or temperature <= 0:
+    if top_k < 1 or not temperature > 0:   # NaN too
         raise ValueError("top_k must be >= 1 and temperature > 0")
 
 

@@ -131,8 +131,8 @@ class GPTLMHeadModel(nn.Module):
     labels=None, use_cache=False, return_logits=None) -> GPTOutput``
 
     Args:
-        input_ids: [..., t] ids in [0, V + S); with the multiple-choice head [b, k, t], one row per
-            choice. m + t <= max_position.
+        input_ids: [..., t] ids in [0, V + S); the multiple-choice head scores [b, k, t] input, one row per
+            choice (other shapes get no ``mc_logits``: the LM alone, for generation and scoring). m + t <= max_position.
         attention_mask: [..., m + t], 1 for tokens to attend to, 0 for padding (default all 1).
             Pad on the right: a query whose own and earlier tokens are all padding gets NaN.
         token_type_ids: [..., t] ids embedded with the token table and added (Hugging Face's
@@ -245,7 +245,7 @@ class GPTLMHeadModel(nn.Module):
             present.append(kv)
         hidden = h.view(*shape, -1)
         mc = None
-        if cfg.mc_head:
+        if cfg.mc_head and input_ids.dim() == 3:   # choices [b, k, t]; [b, t] is the LM's (generation, scoring)
             mc = self.mc_logits(hidden, mc_token_ids)
         if return_logits is None:
             return_logits = labels is None
