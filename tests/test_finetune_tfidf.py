@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from genfeat.errors import ConfigError
+from genfeat.errors import ConfigError, DataError
 from genfeat.methods.tfidf import _choice_features, _span_features
 from genfeat.runner import load_recipe, run_recipe
 from genfeat.tasks import Example
@@ -80,7 +80,8 @@ def test_span_candidates_are_every_short_span():
 
 @pytest.mark.parametrize("override, message", [({"max_span_words": 0}, "max_span_words is 0"),
                                                ({"max_eval_examples": -1}, "max_eval_examples is -1"),
-                                               ({"c": 0}, r"c \(0.0\) .* must be positive")])
+                                               ({"c": 0}, r"c \(0.0\) .* must be positive"),
+                                               ({"alpha": float("nan")}, r"alpha \(nan\) must be positive")])
 def test_bad_settings_are_one_config_error(override, message):
     with pytest.raises(ConfigError, match=message):
         load_recipe(FINETUNE / "tfidf_squad.yaml", override)
@@ -89,3 +90,18 @@ def test_bad_settings_are_one_config_error(override, message):
 def test_resume_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="resume"):
         run_recipe("recipes/finetune/tfidf_sst2.yaml", {}, [0], out_dir=tmp_path, progress=False, resume=True)
+
+
+@pytest.mark.skipif(not (DATA / "glue" / "SST-2" / "dev.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
+@pytest.mark.parametrize("override, error, message", [
+    ({"train_split": "test"}, DataError, r"split 'test' has no labels. fix: set train_split to a labelled split"),
+    ({"dev_split": "test"}, DataError, r"split 'test' has no labels. fix: set dev_split"),
+    ({"min_df": 1000}, ConfigError, r"the 50 training texts give no vocabulary with min_df 1000"),
+])
+def test_what_the_floor_cannot_score_is_refused_as_the_fine_tuning_runner_refuses_it(tmp_path, override, error,
+                                                                                    message):
+    """The fine-tuning runner's split checks (GLUE's unlabelled test file as the training split raised a
+    scikit-learn traceback, as the dev split gave a result without figures), and a min_df no n-gram reaches."""
+    with pytest.raises(error, match=message):
+        run_recipe("recipes/finetune/tfidf_sst2.yaml", {"max_train_examples": 50, "max_eval_examples": 10, **override},
+                   [0], out_dir=tmp_path / "out", progress=False)

@@ -83,7 +83,7 @@ class TfidfRecipe(Config):
     def __post_init__(self):
         check_least(self, max_train_examples=0, max_eval_examples=0, ngram_max=1, min_df=1, max_features=1,
                     max_span_words=1)
-        if self.c <= 0 or self.alpha <= 0:
+        if not (self.c > 0 and self.alpha > 0):   # NaN too
             raise ValueError(f"c ({self.c}) and alpha ({self.alpha}) must be positive")
 
 
@@ -304,11 +304,20 @@ def run(cfg: TfidfRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
     if resume:
         raise ConfigError("method tfidf keeps no checkpoint, so there is nothing to resume", "run it again without --resume")
     spec = get_task(cfg.task)
+    spec.check_split(cfg.train_split, labelled=True, role="train_split")   # the fine-tuning runner's checks
+    spec.check_split(cfg.dev_split, labelled=True, role="dev_split")
+    if cfg.test_split is not None:
+        spec.check_split(cfg.test_split)
     t0 = time.time()
     train = subset(load_task(spec, cfg.train_split, seed=cfg.squad_seed), cfg.max_train_examples)
     vectorizer = TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, max_features=cfg.max_features,
                                  lowercase=cfg.lowercase, sublinear_tf=True)
-    vectorizer.fit(_fit_texts(spec, train))
+    texts = _fit_texts(spec, train)
+    try:
+        vectorizer.fit(texts)
+    except ValueError as e:     # e.g. min_df above the number of texts: scikit-learn finds no vocabulary
+        raise ConfigError(f"the {len(texts)} training texts give no vocabulary with min_df {cfg.min_df} ({e})",
+                          "lower min_df, or train on more examples (max_train_examples)") from None
     floor = _FLOORS[spec.transform](cfg, spec, vectorizer, seed)
     floor.fit(train)
     figures: dict[str, float] = {"train_examples": len(train), "features": len(vectorizer.vocabulary_)}
