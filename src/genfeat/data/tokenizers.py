@@ -309,8 +309,10 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
     ``do_lower_case`` read from its normaliser); another ``tokenizers`` tokenizer its tokenizer.json;
     a sentencepiece model spiece.model and tokenizer_config.json (XLNetTokenizer; any lower-casing is
     inside the model's normaliser); a GPT-1 BPE tokenizer (``</w>`` suffix) tokenizer.json and
-    tokenizer_config.json (OpenAIGPTTokenizer). Word, character and byte vocabularies have no such files: nothing
-    is written for them.
+    tokenizer_config.json (OpenAIGPTTokenizer: transformers reads it through tokenizer.json, as AutoTokenizer or
+    OpenAIGPTTokenizerFast in 4.x and every class in 5.x; 4.x's slow OpenAIGPTTokenizer wants a merges.txt and a BPE
+    vocab.json, which are not written: beside a genfeat export, vocab.json is genfeat's own vocabulary). Word,
+    character and byte vocabularies have no such files: nothing is written for them.
     """
     out = Path(out)
     if isinstance(vocab, SentencePieceVocab):
