@@ -105,3 +105,23 @@ def test_what_the_floor_cannot_score_is_refused_as_the_fine_tuning_runner_refuse
     with pytest.raises(error, match=message):
         run_recipe("recipes/finetune/tfidf_sst2.yaml", {"max_train_examples": 50, "max_eval_examples": 10, **override},
                    [0], out_dir=tmp_path / "out", progress=False)
+
+
+def test_pair_features_end_with_the_cosine_of_the_two_texts():
+    """[x_A, x_B, x_A ⊙ x_B, cos(x_A, x_B)]: the last column is the two TF-IDF vectors' cosine."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    from genfeat.methods.tfidf import TfidfRecipe, _TextFloor
+    from genfeat.tasks import Example, get_task
+
+    pairs = [Example(f"e{i}", (a, b), 1.0) for i, (a, b) in enumerate(
+        [("a man plays a guitar", "a man plays the guitar"), ("dogs run", "a cat sleeps"), ("xx yy zz", "xx yy zz")])]
+    vectorizer = TfidfVectorizer(sublinear_tf=True).fit([t for ex in pairs for t in ex.texts])
+    floor = _TextFloor(TfidfRecipe(task="stsb"), get_task("stsb"), vectorizer, 0)
+    features = floor._features(pairs).toarray()
+    a, b = (vectorizer.transform([ex.texts[j] for ex in pairs]) for j in (0, 1))
+    expected = cosine_similarity(a, b).diagonal()
+    assert features.shape[1] == 3 * len(vectorizer.vocabulary_) + 1
+    np.testing.assert_allclose(features[:, -1], expected, atol=1e-12)
+    assert expected[1] == 0 and abs(expected[2] - 1) < 1e-12 and 0 < expected[0] < 1
