@@ -110,3 +110,21 @@ def test_parts_are_logged_under_their_names_each_per_its_own_items(tmp_path):
         assert record[name] == pytest.approx(sum(sums) / sum(n), rel=1e-6)
         assert record[f"{name}/sq"] == pytest.approx(sum(sums) / sum(n), rel=1e-6)
     assert "both" not in record
+
+
+def test_a_loss_that_becomes_nan_stops_the_run_with_one_error(tmp_path):
+    """From the step a loss is NaN every later figure is of a broken model: the run stops at that log line with a
+    DivergenceError naming the loss and the step (the line itself is logged), and does not finish."""
+    from genfeat.errors import DivergenceError
+
+    class GoesNaN(SquaredError):
+        def __call__(self, model, batch):
+            out = super().__call__(model, batch)
+            return LossOutput(out.loss_sum * float("nan"), out.count, out.logs) if self.calls >= 5 else out
+
+    torch.manual_seed(0)
+    with pytest.raises(DivergenceError, match=r"the mse_a loss is nan over the 2 steps logged at step 6.*fix: lower"):
+        Trainer(TwoHead(), one_phase(GoesNaN(), make_stream(batch_size=8), 10, OptimConfig(name="sgd", lr=0.1)),
+                TrainConfig(progress=False, log_every=2), out_dir=tmp_path).fit()
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [2, 4, 6] and logged[-1]["mse_a"] != logged[-1]["mse_a"]

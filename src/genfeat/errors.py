@@ -41,3 +41,7 @@ class DataError(GenfeatError):
 
 class CheckpointError(GenfeatError):
     """A checkpoint that is missing, broken or of another architecture or vocabulary."""
+
+
+class DivergenceError(ConfigError):
+    """Training diverged: a loss became NaN or infinite (a setting let it, the learning rate most often)."""

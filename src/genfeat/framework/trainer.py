@@ -32,7 +32,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..config import Config
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, DivergenceError
 from ..io import write_text_atomic
 from .checkpoint import (BEST_STATE_FILE, load_best_state, load_for_resume, load_trainer_state, resume_dir,
                          rng_state, save_checkpoint, set_rng_state)
@@ -385,6 +385,22 @@ class Trainer:
         optimizer.step()
         return items
 
+    def _check_finite(self, record: dict[str, Any], keys: list[str], step: int) -> None:
+        """Stop a run whose loss became NaN or infinite (the sums are reduced over ranks, so every rank stops):
+        its later steps, evaluations and figures would all be of a broken model (argmax of NaN scores is class 0,
+        a figure that looks like the majority class).
+
+        Raises:
+            DivergenceError: naming the loss, the step and the fix.
+        """
+        bad = [k for k in keys if "/" not in k and not math.isfinite(record[k])]
+        if bad:
+            self._log(record)
+            saved = f" (checkpoints every {self.cfg.save_every} steps: use one from before it)" if self.cfg.save_every else ""
+            raise DivergenceError(f"training diverged: the {bad[0]} loss is {record[bad[0]]} over the {self.cfg.log_every} "
+                                  f"steps logged at step {step}{saved}",
+                                  "lower optim.lr, raise optim.warmup_steps or set train.clip_norm, then run again")
+
     @staticmethod
     def _record(window: dict[str, list[float]], term: Term, out: LossOutput) -> None:
         """Add a micro-batch's loss sum, count and logged sums to the logging window (those of each of
@@ -499,6 +515,7 @@ class Trainer:
                         for i, k in enumerate(keys):
                             s, c = sums[2 * i], sums[2 * i + 1]
                             record[k] = s / max(c, 1.0)
+                        self._check_finite(record, keys, global_step)
                         record["items_per_s"] = sums[-1] / elapsed
                         self._log(record)
                         first = next((k for k in keys if "/" not in k), None)
