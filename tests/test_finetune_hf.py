@@ -128,13 +128,14 @@ def test_xlnet_sequence_classification_parity_both_ways(tmp_path):
         got = ours(ids, mask, types, last).logits
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
     assert ours.config.max_len == 512 and ours.config.max_segments == 1     # transformers' directory: one segment
-    ours.config = dataclasses.replace(ours.config, max_len=48, max_segments=3, doc_stride=24, both_orders=True)
+    ours.config = dataclasses.replace(ours.config, max_len=48, max_segments=3, doc_stride=24, both_orders=True,
+                                      max_query_len=20)
     again = _exported(ours, transformers.XLNetForSequenceClassification, tmp_path, input_ids=ids[:, 0],
                       attention_mask=mask[:, 0], token_type_ids=types[:, 0])
     torch.testing.assert_close(again.logits, ref, atol=1e-4, rtol=1e-4)
     # the export keeps how the model reads its inputs (a long review: 3 segments of 48 tokens with memory)
     back = from_pretrained(tmp_path / "back", architecture="finetune").config
-    assert (back.max_len, back.max_segments, back.doc_stride, back.both_orders) == (48, 3, 24, True)
+    assert (back.max_len, back.max_segments, back.doc_stride, back.both_orders, back.max_query_len) == (48, 3, 24, True, 20)
 
 
 def test_xlnet_question_answering_simple_parity(tmp_path):

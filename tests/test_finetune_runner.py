@@ -101,15 +101,25 @@ def test_a_head_for_another_task_or_a_foreign_tokenizer_is_one_error_line(debug_
 
 
 @pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")
-def test_span_head_gives_exact_match_and_f1_on_squad_questions(tmp_path):
+def test_span_head_gives_exact_match_and_f1_on_squad_questions(tmp_path, capsys):
+    """Questions cut to max_query_len are counted and noted; the checkpoint keeps max_query_len and the run's
+    article split (squad_seed 1 here), so evaluate scores the run's dev questions as the run read them."""
+    from genfeat.methods.finetune import evaluate_task
+
     result = run_recipe("recipes/finetune/debug.yaml", {
         "data": {"task": "squad_split", "max_train_examples": 8, "max_eval_examples": 6, "batch_size": 4,
-                 "eval_batch_size": 8, "max_len": 64, "doc_stride": 32, "max_query_len": 16, "test_split": "test"},
+                 "eval_batch_size": 8, "max_len": 64, "doc_stride": 32, "max_query_len": 5, "test_split": "test",
+                 "squad_seed": 1},
         "vocab_size": 400, "steps": 2, "train": {"eval_every": 0, "progress": False}}, [0], out_dir=tmp_path / "sq",
         progress=False)
     for split in ("dev", "test"):
         assert result[f"{split}_examples"] == 6
         assert 0.0 <= result[f"{split}_exact_match"] <= result[f"{split}_squad_f1"] <= 1.0
+    assert result["dev_truncated"] > 0 and "dev questions were cut to max_query_len 5 tokens" in capsys.readouterr().err
+    figures = evaluate_task(tmp_path / "sq" / "final", "squad_split", max_examples=6)
+    assert (figures["exact_match"], figures["squad_f1"], figures["truncated"]) == \
+        (result["dev_exact_match"], result["dev_squad_f1"], result["dev_truncated"])
+    assert evaluate_task(tmp_path / "sq" / "final", "squad_split", max_examples=6, squad_seed=0)["examples"] == 6
 
 
 @pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")
@@ -178,7 +188,8 @@ def test_answerability_head_trains_on_a_squad_v2_file(tmp_path, monkeypatch, bac
     model, vocab = load_checkpoint(tmp_path / "run" / "final", architecture="finetune")
     assert model.config.head.answerability and hasattr(model.head, "answer")
     examples = load_task(spec, "dev")
-    encoder = encoder_for(model, vocab, 16)
+    assert model.config.max_query_len == 16, "the run's max_query_len is the checkpoint's"
+    encoder = encoder_for(model, vocab)
     items, _ = encode_items(examples, spec, encoder, model.config, "dev")
     outs = predict(model, items, encoder.fmt, 8)
     best = [max(o["answer"] for it, o in zip(items, outs) if it.encoded.example == i) for i in range(len(examples))]

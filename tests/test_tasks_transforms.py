@@ -433,3 +433,20 @@ def test_best_span_reads_the_answer_back_from_padded_logits(toks, backbone):
     start[-1, batch["start_positions"][-1]] = 5.0
     end[-1, batch["end_positions"][-1]] = 5.0
     assert best_span(context, windows, start, end, fmt) == last
+
+
+@pytest.mark.parametrize("logit, answered", [(-1.0, False), (0.0, False), (-0.0, False), (0.5, True)])
+def test_a_question_is_answered_only_where_an_answerability_logit_is_positive(toks, logit, answered):
+    """SQuAD 2.0: "" exactly when no window's answerability logit is positive (0 included)."""
+    from genfeat.methods.finetune import Item, predictions
+    from genfeat.tasks import TASKS
+
+    vocab = toks["wp"]
+    enc = TaskEncoder(input_format("bert", vocab), vocab, max_len=32, doc_stride=16)
+    example = Example("q", ("who sat", "the cat sat on the mat"), answers=(("the cat", 0),))
+    (window,) = enc.span(example, 0)
+    n = len(window.sequences[0].ids)
+    out = {"start": torch.zeros(n), "end": torch.zeros(n), "answer": logit}
+    spec = TASKS["squad_v2.0"]
+    (pred,) = predictions(spec, [example], [Item(window)], [out], enc.fmt)
+    assert (pred != "") == answered and spec.unanswerable

@@ -127,7 +127,9 @@ def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str
     return FineTuneModel(FineTuneConfig(
         task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
         backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
-        doc_stride=hf_cfg.get("genfeat_doc_stride", max_len // 2), max_segments=hf_cfg.get("genfeat_max_segments", 1),
+        doc_stride=hf_cfg.get("genfeat_doc_stride", max_len // 2),
+        max_query_len=hf_cfg.get("genfeat_max_query_len", FineTuneConfig.max_query_len),
+        max_segments=hf_cfg.get("genfeat_max_segments", 1),
         both_orders=hf_cfg.get("genfeat_both_orders", False),
         label_names=_class_names(hf_cfg, n_out, str(where)) if kind == "classification" else []), backbone)
 
@@ -137,7 +139,8 @@ def _input_fields(model: FineTuneModel) -> dict:
     read back, the directory reads its inputs as the genfeat checkpoint does."""
     cfg = model.config
     return {"genfeat_max_len": cfg.max_len, "genfeat_doc_stride": cfg.doc_stride,
-            "genfeat_max_segments": cfg.max_segments, "genfeat_both_orders": cfg.both_orders}
+            "genfeat_max_query_len": cfg.max_query_len, "genfeat_max_segments": cfg.max_segments,
+            "genfeat_both_orders": cfg.both_orders}
 
 
 def _label_fields(model: FineTuneModel) -> dict:

@@ -312,10 +312,13 @@ def encode_items(examples: Sequence[Example], spec: TaskSpec, encoder: TaskEncod
             if lost:
                 cut.add(i)
         for enc in encoder.encode(ex, transform, i):
-            if enc.truncated and spec.transform != "span":
+            if enc.truncated:
                 cut.add(i)
             items.append(Item(enc, memory))
-    if cut:
+    if cut and spec.transform == "span":
+        print(f"note: {len(cut)} of {len(examples)} {split} questions were cut to max_query_len {cfg.max_query_len} "
+              "tokens", file=sys.stderr)
+    elif cut:
         print(f"note: {len(cut)} of {len(examples)} {split} examples were cut to fit max_len {cfg.max_len}"
               + (f" and max_segments {cfg.max_segments}" if long_ok else ""), file=sys.stderr)
     return items, len(cut)
@@ -441,7 +444,7 @@ def predictions(spec: TaskSpec, examples: Sequence[Example], items: Sequence[Ite
         windows[it.encoded.example].append(j)
     preds = []
     for ex, js in zip(examples, windows):
-        if spec.unanswerable and "answer" in outputs[js[0]] and max(outputs[j]["answer"] for j in js) < 0:
+        if spec.unanswerable and "answer" in outputs[js[0]] and max(outputs[j]["answer"] for j in js) <= 0:
             preds.append("")
             continue
         preds.append(best_span(ex.texts[1], [items[j].encoded for j in js], [outputs[j]["start"] for j in js],
@@ -598,7 +601,8 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
                       layer_norm_epsilon=getattr(backbone.config, "layer_norm_epsilon", HeadConfig.layer_norm_epsilon))
     d = cfg.data
     ft = FineTuneConfig(task=spec.name, backbone=arch, backbone_config=to_dict(backbone.config), head=head,
-                        max_len=d.max_len, doc_stride=d.doc_stride, max_segments=d.max_segments,
+                        max_len=d.max_len, doc_stride=d.doc_stride, max_query_len=d.max_query_len,
+                        max_segments=d.max_segments,
                         both_orders=d.both_orders)
     return FineTuneModel(ft, backbone), vocab
 
@@ -625,9 +629,10 @@ def check_fit(cfg: FineTuneRecipe, architecture: str, backbone_config: Any) -> N
                           "positions", "lower data.max_len")
 
 
-def encoder_for(model: FineTuneModel, vocab, max_query_len: int = 64) -> TaskEncoder:
+def encoder_for(model: FineTuneModel, vocab) -> TaskEncoder:
+    """The task inputs as ``model`` reads them (its max_len, doc_stride and max_query_len)."""
     cfg = model.config
-    return TaskEncoder(model.input_format(vocab), vocab, cfg.max_len, cfg.doc_stride, max_query_len)
+    return TaskEncoder(model.input_format(vocab), vocab, cfg.max_len, cfg.doc_stride, cfg.max_query_len)
 
 
 def subset(examples: list[Example], n: int, seed: int = 0) -> list[Example]:
@@ -741,7 +746,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     seed_everything(seed)
     model, vocab = build_model_and_vocab(cfg, spec, train_ex, out_dir, resume)
     check_fit(cfg, model.config.backbone, model.backbone.config)
-    encoder = encoder_for(model, vocab, d.max_query_len)
+    encoder = encoder_for(model, vocab)
     fmt = encoder.fmt
     train_items, train_cut = encode_items(train_ex, spec, encoder, model.config, d.train_split)
     dev_items, dev_cut = encode_items(dev_ex, spec, encoder, model.config, d.dev_split)
@@ -790,9 +795,12 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
 
 # ------------------------------------------------------------------------------------ genfeat evaluate
 def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predictions_file: str | Path | None = None,
-                  batch_size: int = 64, device: str = "cpu", max_examples: int = 0, squad_seed: int = 0) -> dict[str, Any]:
+                  batch_size: int = 64, device: str = "cpu", max_examples: int = 0,
+                  squad_seed: int | None = None) -> dict[str, Any]:
     """Score a fine-tuned checkpoint on a task split (``genfeat evaluate --task``). A GDAN discriminator
     (``OUT/final/d`` of method gdan) is scored by :func:`genfeat.methods.gdan.evaluate_reader` instead.
+    ``squad_seed``: the seed of the SQuAD article split (None: the one the checkpoint's run recorded, else 0), so
+    that the run's own dev and test articles are scored.
 
     Returns:
         The task's metrics (none for an unlabelled split), ``examples``, ``truncated`` and ``seconds``.
@@ -829,6 +837,10 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "export or copy it again if the file was damaged")
     align_labels(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))
+    if squad_seed is None:   # the article split the run used, as its recipe recorded it (0: SquadSplit's default)
+        recorded = read_config(checkpoint).get("recipe") if (Path(checkpoint) / CONFIG_FILE).is_file() else None
+        data = recorded.get("data") if isinstance(recorded, dict) else None
+        squad_seed = data.get("squad_seed", 0) if isinstance(data, dict) else 0
     examples = load_task(spec, split, seed=squad_seed)
     if max_examples and predictions_file is not None and spec.reader == "tsv":
         raise ConfigError("--predictions writes a GLUE submission file, which numbers every example of the split, "

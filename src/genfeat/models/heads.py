@@ -459,6 +459,8 @@ class FineTuneConfig(Config):
     """Longest input sequence in tokens, special tokens included."""
     doc_stride: int = 128
     """Span tasks: tokens between the starts of consecutive context windows."""
+    max_query_len: int = 64
+    """Span tasks: longest question in tokens (longer ones are cut), as the model was trained to read them."""
     max_segments: int = 1
     """Backbones with memory: texts longer than max_len are read as up to this many segments, the
     earlier ones as memory (1: truncate, as BERT and GPT always do)."""
@@ -474,7 +476,7 @@ class FineTuneConfig(Config):
     def __post_init__(self):
         if not self.task:
             raise ValueError("FineTuneConfig.task is empty")
-        check_least(self, max_len=MIN_MAX_LEN, doc_stride=1, max_segments=1)
+        check_least(self, max_len=MIN_MAX_LEN, doc_stride=1, max_query_len=1, max_segments=1)
 
 
 class FineTuneModel(nn.Module):

@@ -200,8 +200,8 @@ class Encoded:
     Attributes:
         sequences: k packed sequences (see the module docstring).
         label: class id, float, or None (span: see ``start``/``end``).
-        truncated: a text was cut to fit ``max_len`` (span: the question was cut, or the context
-            spread over several windows).
+        truncated: a text was cut to fit ``max_len`` (span: the question was cut to ``max_query_len``; a context
+            spread over several windows loses nothing).
         example: index of the example in the list given to :meth:`TaskEncoder.encode_all`.
         start, end: span windows: the answer's first and last token positions in the sequence
             (the summary position when the answer lies outside this window, or the question has none).
@@ -326,7 +326,7 @@ class TaskEncoder:
             s = e = packed.summary
             if answer is not None and w_start <= answer[0] and answer[1] < w_start + length:
                 s, e = first + answer[0] - w_start, first + answer[1] - w_start
-            out.append(Encoded([packed], None, cut_query or len(windows) > 1, index, s, e, where, best))
+            out.append(Encoded([packed], None, cut_query, index, s, e, where, best))
         return out
 
 
