@@ -207,8 +207,10 @@ class Encoded:
             (the summary position when the answer lies outside this window, or the question has none).
         offsets: span windows: per sequence position, the character span in the context of a
             context token, else None.
-        max_context: span windows: per position, whether this window gives the context token its
-            largest context on both sides among the windows holding it (for choosing predictions).
+        max_context: span windows: per position, whether this window is the context token's best among the
+            windows holding it by BERT's score, min(left, right context) + 0.01 · window length (so mostly the
+            largest context on both sides; with a doc_stride above 100 tokens the length term can prefer a longer
+            window with a little less), for choosing predictions (:func:`_is_max_context`).
     """
 
     sequences: list[Packed]
