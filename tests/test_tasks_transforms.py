@@ -450,3 +450,24 @@ def test_a_question_is_answered_only_where_an_answerability_logit_is_positive(to
     spec = TASKS["squad_v2.0"]
     (pred,) = predictions(spec, [example], [Item(window)], [out], enc.fmt)
     assert (pred != "") == answered and spec.unanswerable
+
+
+def test_gpt_multiple_choice_cuts_the_passage_before_the_question():
+    """GPT-1's [z; q; $; a_k]: a passage too long for max_len is cut, the question and the answer stay whole, as in
+    BERT's [CLS] z [SEP] q a_k [SEP] (cutting segment A from its end dropped the question first)."""
+    class Words:
+        def __init__(self):
+            self.ids = {}
+
+        def encode(self, text):
+            return [self.ids.setdefault(w, 100 + len(self.ids)) for w in text.split()]
+
+    vocab = Words()
+    example = Example("x", (" ".join(f"p{i}" for i in range(30)), "Q1 Q2 Q3 ?"), 0, ("o1", "o2 o2b"))
+    question, passage = vocab.encode("Q1 Q2 Q3 ?"), vocab.encode(example.texts[0])
+    (gpt,) = TaskEncoder(GPTFormat(50, 51, 52), vocab, 24).encode(example, "multiple_choice")
+    (bert,) = TaskEncoder(BertFormat(cls_id=1, sep_id=2), vocab, 24).encode(example, "multiple_choice")
+    assert gpt.truncated and bert.truncated
+    for answer, g, b in zip(example.choices, gpt.sequences, bert.sequences):
+        kept = len(b.ids) - 3 - len(question) - len(vocab.encode(answer))     # BERT's passage tokens
+        assert g.ids == [50, *passage[:kept], *question, 51, *vocab.encode(answer), 52] and len(g.ids) == 24

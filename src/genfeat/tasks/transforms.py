@@ -279,7 +279,8 @@ class TaskEncoder:
             if "_" in question:
                 pairs = [(context, question.replace("_", answer)) for answer in example.choices]
             elif self.fmt.question_with_context:
-                pairs = [(f"{context} {question}", answer) for answer in example.choices]
+                packed = [self._question_with_context(context, question, answer) for answer in example.choices]
+                return [Encoded([p for p, _ in packed], example.label, any(cut for _, cut in packed), index)]
             else:
                 pairs = [(context, f"{question} {answer}") for answer in example.choices]
         else:
@@ -287,6 +288,15 @@ class TaskEncoder:
                               "multiple_choice or span")
         packed = [self._one(a, b) for a, b in pairs]
         return [Encoded([p for p, _ in packed], example.label, any(cut for _, cut in packed), index)]
+
+    def _question_with_context(self, context: str, question: str, answer: str) -> tuple[Packed, bool]:
+        """GPT-1's ``[z; q; $; a_k]``: the question ends the first segment, the answer is the second. The cut is
+        BERT's longest-first rule between the passage and question + answer (as the other formats cut ``z`` and
+        ``q a_k``), so a long passage is cut before the question (cutting the first segment from its end would
+        drop the question first)."""
+        z, q = self.vocab.encode(context), self.vocab.encode(question)
+        tz, tqa, cut = _fit(z, q + self.vocab.encode(answer), self.max_len - self.fmt.n_special(2))
+        return self.fmt.pack([tz + tqa[:len(q)], tqa[len(q):]]), cut
 
     def encode_all(self, examples: Sequence[Example], transform: Transform) -> list[Encoded]:
         return [e for i, ex in enumerate(examples) for e in self.encode(ex, transform, i)]
