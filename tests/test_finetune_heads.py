@@ -126,6 +126,11 @@ def test_transformer_xl_memory_segments_equal_full_context():
     split = collate([encoded(fmt, [[tail]])], fmt)
     split["memory_ids"] = torch.tensor(head)[None, None]                        # [b=1, s=1, u=8]
     torch.testing.assert_close(model(**split).logits, model(**full).logits, atol=1e-5, rtol=1e-5)
+    # reading long texts, a Transformer-XL with same_length (Hugging Face's default) sees all of its memory too
+    head_cfg = model.config.head
+    longer = FineTuneModel(FineTuneConfig(task="t", backbone="transformer_xl", head=head_cfg, max_len=32, max_segments=3,
+                                          backbone_config={**TINY["transformer_xl"], "same_length": True, "mem_len": 8}))
+    assert not longer.backbone.config.same_length and longer.backbone.config.mem_len == 64
 
 
 def test_bert_refuses_memory_and_unknown_backbone_names_the_fix():

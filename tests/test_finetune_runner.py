@@ -290,7 +290,7 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
 
     import torch
 
-    from genfeat.methods.finetune import collate_items, encode_items, encoder_for
+    from genfeat.methods.finetune import Item, collate_items, encode_items, encoder_for
     from genfeat.tasks import Example
     from genfeat.tasks.transforms import tokenize_with_offsets
 
@@ -344,9 +344,14 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
     assert batch["memory_ids"].tolist() == [it.memory for it in with_memory]
     inputs = {k: v for k, v in batch.items() if k != "labels"}
 
-    def summary_states(inputs):                                  # [b * k, d]: <cls>, last (left padding)
+    def summary_states(inputs):                                  # [b * k, d]: each sequence's <cls>
         seen = []
-        hook = model.head.register_forward_hook(lambda module, args, out: seen.append(args[0][:, -1]))
+
+        def at_summary(module, args, out):                       # the head's hidden [b·k, t, d], summary_index [b, k]
+            hidden, where = args[0], args[1].reshape(-1)
+            seen.append(hidden[torch.arange(hidden.shape[0]), where])
+
+        hook = model.head.register_forward_hook(at_summary)
         model(**inputs)
         hook.remove()
         return seen[0]
@@ -363,6 +368,20 @@ def test_long_race_passages_keep_every_question_and_option_whole_and_read_the_re
         torch.testing.assert_close(alone, together[:, j], atol=1e-5, rtol=1e-5)
     swapped = summary_states({**inputs, "memory_ids": inputs["memory_ids"].flip(0)}).view(2, len(choices), -1)
     assert ((swapped - together).norm(dim=-1) > 1e-4).all(), "each example reads its own memory"
+    # the padding XLNet puts before a short option is moved after it, so neither the other options' lengths nor the
+    # batch change an option's distances to the memory: its state is the one it has unpadded, alone
+    lengths = {len(seq.ids) for it in with_memory for seq in it.encoded.sequences}
+    assert len(lengths) > 1, "options and examples of different lengths, so rows are padded"
+    torch.manual_seed(1)
+    with torch.no_grad():                    # weights large enough that a shifted memory moves a state by ~1
+        for p in model.backbone.parameters():
+            p.normal_(0.0, 0.3)
+    together = summary_states(inputs).view(2, len(choices), -1)
+    for i, it in enumerate(with_memory):
+        for j, seq in enumerate(it.encoded.sequences):
+            alone = Item(replace(it.encoded, sequences=[seq]), it.memory)
+            single = {k: v for k, v in collate_items([alone], encoder_for(model, vocab).fmt).items() if k != "labels"}
+            torch.testing.assert_close(summary_states(single)[0], together[i, j], atol=1e-5, rtol=1e-5)
 
 
 @needs_glue

@@ -510,9 +510,11 @@ class FineTuneModel(nn.Module):
             # fine-tuning reads sequences forwards, and the memory keeps whole earlier segments
             backbone.config = dataclasses.replace(backbone.config, bi_data=False, reuse_len=None)
         if cfg.max_segments > 1 and self.adapter.memory:
-            # the last segment sees every earlier one
+            # the last segment sees every earlier one (Transformer-XL's same_length would hide the oldest from it)
             need = (cfg.max_segments - 1) * cfg.max_len
-            backbone.config = dataclasses.replace(backbone.config, mem_len=max(backbone.config.mem_len, need))
+            backbone.config = dataclasses.replace(backbone.config, mem_len=max(backbone.config.mem_len, need),
+                                                  **({"same_length": False}
+                                                     if hasattr(backbone.config, "same_length") else {}))
         max_position = getattr(backbone.config, "max_position", None)
         if max_position is not None and cfg.max_len > max_position:
             raise ConfigError(f"max_len {cfg.max_len} is longer than the {cfg.backbone} backbone's {max_position} "
@@ -531,6 +533,8 @@ class FineTuneModel(nn.Module):
                 memory_ids: Tensor | None = None, lm: bool = False, start_positions: Tensor | None = None) -> TaskOutput:
         b, k, t = input_ids.shape
         flat = [None if x is None else x.reshape(b * k, -1) for x in (input_ids, attention_mask, token_type_ids)]
+        if summary_index is None:
+            summary_index = torch.full((b, k), t - 1, device=input_ids.device)
         mems = None
         if memory_ids is not None and (memory_ids.dim() != 3 or memory_ids.shape[0] != b):
             raise ValueError(f"memory_ids must be [b={b}, s, u] (shared by each example's sequences), got "
@@ -544,9 +548,9 @@ class FineTuneModel(nn.Module):
                     _, mems = self.adapter.hidden(self.backbone, memory_ids[:, i], None,
                                                   _memory_types(flat[2], b, memory_ids.shape[2]), mems)
             mems = [m.repeat_interleave(k, dim=0) for m in mems]            # [b, m, d] -> [b * k, m, d]
+            if flat[1] is not None:
+                flat, summary_index = _tokens_first(flat, summary_index)
         hidden, _ = self.adapter.hidden(self.backbone, *flat, mems)
-        if summary_index is None:
-            summary_index = torch.full((b, k), t - 1, device=input_ids.device)
         out = self.head(hidden, summary_index, context_mask, start_positions)
         if lm:
             out = dataclasses.replace(out, lm_log_probs=self.next_token_log_probs(hidden, *flat[:2]))
@@ -568,6 +572,22 @@ class FineTuneModel(nn.Module):
         real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         keep = real[:, 1:] & real[:, :-1]          # state j predicts token j+1, both real tokens
         return self.adapter.lm_log_probs(self.backbone, hidden[:, :-1][keep], input_ids[:, 1:][keep])
+
+
+def _tokens_first(flat: list[Tensor | None], summary_index: Tensor) -> tuple[list[Tensor | None], Tensor]:
+    """The final segments' padding moved after their tokens (their order kept), and the summary positions with
+    them: relative positions count the padding, so padding between the memory and the tokens (XLNet pads on the
+    left) would put the memory further away the more a row is padded, and a row's scores would depend on its batch
+    and on its choices' lengths.
+
+    Shapes: flat [ids, attention_mask, token_type_ids], each [n, t] (types may be None); summary_index [b, k],
+    b·k = n -> the same."""
+    mask = flat[1].bool()
+    order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices       # tokens first, then padding
+    moved = [None if x is None else x.gather(1, order) for x in flat]
+    positions = torch.arange(order.shape[1], device=order.device).expand_as(order)
+    where = torch.empty_like(order).scatter_(1, order, positions)                # old position -> new one
+    return moved, where.gather(1, summary_index.reshape(-1, 1)).view_as(summary_index)
 
 
 def _memory_types(types: Tensor | None, n: int, length: int) -> Tensor | None:
