@@ -177,7 +177,11 @@ def run_grid(args) -> int:
     done: dict[str, int] = {}          # job name -> exit status
     running: dict[str, tuple[Job, subprocess.Popen, float]] = {}
     start = time.time()
-    results = open(out / "results.jsonl", "a", encoding="utf-8")
+    path = out / "results.jsonl"
+    cut = path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+    results = open(path, "a", encoding="utf-8")
+    if cut:   # an earlier call killed while writing a record: the next starts on a line of its own
+        results.write("\n")
 
     def record(job: Job, rc, wall: float, note: str = "") -> None:
         result = None
@@ -239,9 +243,22 @@ METRICS = {"sst2": ("dev_accuracy",), "mrpc": ("dev_f1", "dev_accuracy"), "stsb"
 
 
 def read_records(paths: list[str]) -> list[dict]:
-    """The job records of results.jsonl files (gzipped ones too), in order."""
-    return [json.loads(line) for p in paths for line in (gzip.open if p.endswith(".gz") else open)(p, "rt", encoding="utf-8")
-            if line.strip()]
+    """The job records of results.jsonl files (gzipped ones too), in order. A line that is not a whole record (the
+    grid killed while writing it, a gzip file cut short) is left out with a warning naming the file and line."""
+    records = []
+    for p in paths:
+        try:
+            with (gzip.open if p.endswith(".gz") else open)(p, "rt", encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        print(f"warning: {p} line {number} is not a whole record ({e.msg}); left out", file=sys.stderr)
+        except (EOFError, gzip.BadGzipFile) as e:
+            print(f"warning: {p} ends before its last record ({e}); the records before it are read", file=sys.stderr)
+    return records
 
 
 def report(paths: list[str]) -> None:

@@ -97,11 +97,14 @@ def test_scheduler_records_dependencies_failures_and_skips_finished(tmp_path, mo
     assert "t219_rte_no_span_s0" not in records and records["t219_rte_no_bidir_s0"]["rc"] == 0  # --done
     assert records["t219_race_xlnet_k6_s0"]["rc"] is None and records["t219_race_bert_s0"]["rc"] == 0
     assert "pre_gpt_pretrain" not in records and "pre_pretrain_lstm" not in records  # no Table 5 cell needs them
-    # a later call for RACE of two rows: their pretraining runs finished above, so only the two cells run
+    # a later call for RACE of two rows: their pretraining runs finished above, so only the two cells run; its OUT
+    # holds a record an earlier call was killed while writing: the new records start on lines of their own
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / "results.jsonl").write_text('{"name": "cut')
     monkeypatch.setattr(sys, "argv", ["table219_grid.py", "run", "--runs", str(runs), "--out", str(tmp_path / "out2"),
                                       "--seeds", "1", "--only", "race_bert", "race_no_memory"])
     assert grid.main() == 0
-    again = [json.loads(line)["name"] for line in (tmp_path / "out2" / "results.jsonl").read_text().splitlines()]
+    again = [r["name"] for r in grid.read_records([str(tmp_path / "out2" / "results.jsonl")])]
     assert sorted(again) == ["t219_race_bert_s1", "t219_race_no_memory_s1"]
 
 
@@ -142,3 +145,18 @@ def test_export_text_reads_back_as_the_same_documents(tmp_path, monkeypatch):
     assert read_documents(str(tmp_path / "text" / "train.txt")) == read_documents(str(source))
     assert read_documents(str(source)) == [["First review.", "It was Good!", "Second line here."],
                                            ["Another document?", "Yes."]]
+
+
+def test_a_record_cut_short_is_left_out_with_a_warning_and_the_next_call_starts_a_new_line(tmp_path, capsys):
+    """A grid killed while writing its last record leaves a cut line: report and --done read the whole records
+    before it (naming the cut one), and a later call appends on a line of its own instead of gluing onto it."""
+    good = {"name": "t219_sst2_bert_s0", "kind": "t219", "task": "sst2", "row": "bert", "seed": 0, "rc": 0,
+            "wall_s": 10.0, "note": "", "result": {"dev_accuracy_mean": 0.7}}
+    path = tmp_path / "results.jsonl"
+    whole = json.dumps(good) + "\n"
+    path.write_text(whole + whole.replace("s0", "s1")[:40])
+    assert [r["name"] for r in grid.read_records([str(path)])] == ["t219_sst2_bert_s0"]
+    assert f"{path} line 2 is not a whole record" in capsys.readouterr().err
+    gz = tmp_path / "results.jsonl.gz"
+    gz.write_bytes(gzip.compress((whole * 50).encode())[:-20])
+    assert 0 < len(grid.read_records([str(gz)])) <= 50 and "ends before its last record" in capsys.readouterr().err
