@@ -54,7 +54,8 @@ segment (when max_segments caps the memory, or a text shorter than u is longer t
 segment's room) are left out, and such examples count as truncated. The memory is read once per example,
 without gradients (Transformer-XL's stop-gradient), and handed to each of a multiple-choice example's k
 sequences, which in training share its one dropout draw (docs/BENCHMARKS.md, "Long inputs": the RACE step's
-time this saves).
+time this saves). Behind a memory the final segment's padding goes after its tokens (XLNet pads on the left
+otherwise), so its distance to the memory, and its scores, do not depend on its batch or on its options' lengths.
 
 Span tasks that admit unanswerable questions (``TaskSpec.unanswerable``: SQuAD 2.0) get XLNet's answerability
 head; an example is answered "" when no window's answerability logit is positive. Other tasks answer every
