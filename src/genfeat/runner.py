@@ -209,9 +209,9 @@ the complement GAN's sample grid or figures, Transformer-XL's sample): they do n
 but ``--overwrite`` removes them with the run they came with."""
 
 
-STAGES = ("init", "pretrain", "g_mle")
-"""The folders of a run's OUT where a first phase of it checkpoints: Planetoid's initialisation, a fine-tuning
-run's pretraining stage, GDAN's pretraining of G."""
+STAGES = {"init": "planetoid", "pretrain": "finetune", "g_mle": "gdan"}
+"""The folders of a run's OUT where a first phase of it checkpoints, and the method whose run it is: Planetoid's
+initialisation, a fine-tuning run's pretraining stage, GDAN's pretraining of G."""
 
 
 def _resumable(entry: Path) -> bool:
@@ -250,8 +250,7 @@ def _run_model(out: Path) -> str | None:
         if isinstance(name, str):
             return name
     # a run stopped in its first stage: the stage's folder says whose (its stage.json names the stage's own method)
-    return next((method for stage, method in (("pretrain", "finetune"), ("g_mle", "gdan"), ("init", "planetoid"))
-                 if (out / stage).is_dir()), None)
+    return next((method for stage, method in STAGES.items() if (out / stage).is_dir()), None)
 
 
 def _describe_run(out: Path, found: list[Path]) -> str:

@@ -113,7 +113,7 @@ from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of
                    checkpoint_config, load_checkpoint, model_config, save_pretrained, vocab_fingerprint)
 from ..io import write_json_atomic
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, SpanEnd, check_backbone,
-                            fine_tunable, get_adapter)
+                            check_max_len, fine_tunable, get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
 from ..runner import check_resume_method, load_recipe, read_figures, recipe_record, register_method
 from ..tasks import TASKS, Example, TaskEncoder, TaskSpec, best_span, collate, get_task, load_task
@@ -624,10 +624,7 @@ def check_fit(cfg: FineTuneRecipe, architecture: str, backbone_config: Any) -> N
         raise ConfigError(f"data.max_segments is {d.max_segments} but the {architecture} backbone reads no earlier "
                           "segments", "set data.max_segments 1 (it cuts long texts to max_len), or fine-tune an "
                           "XLNet or Transformer-XL backbone")
-    max_position = getattr(backbone_config, "max_position", None)
-    if max_position is not None and d.max_len > max_position:
-        raise ConfigError(f"data.max_len {d.max_len} is longer than the {architecture} backbone's {max_position} "
-                          "positions", "lower data.max_len")
+    check_max_len(d.max_len, architecture, backbone_config, "data.max_len")
 
 
 def encoder_for(model: FineTuneModel, vocab) -> TaskEncoder:
@@ -727,10 +724,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     if cfg.span_end != "linear" and spec.transform != "span":
         raise ConfigError(f"span_end is {cfg.span_end} but task '{spec.name}' is not a span task",
                           "drop span_end: it chooses how a span head scores answer ends")
-    spec.check_split(d.train_split, labelled=True, role="data.train_split")
-    spec.check_split(d.dev_split, labelled=True, role="data.dev_split")
-    if d.test_split is not None:
-        spec.check_split(d.test_split)
+    spec.check_run_splits(d.train_split, d.dev_split, d.test_split, "data.")
     if cfg.init is None:   # the backbone the recipe builds, checked before a tokenizer is trained into OUT
         get_adapter(cfg.backbone)
         check_fit(cfg, cfg.backbone, model_config(cfg.backbone, {**cfg.model, "n_token": cfg.vocab_size}))

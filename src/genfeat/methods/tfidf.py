@@ -307,10 +307,7 @@ def run(cfg: TfidfRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
     if resume:
         raise ConfigError("method tfidf keeps no checkpoint, so there is nothing to resume", "run it again without --resume")
     spec = get_task(cfg.task)
-    spec.check_split(cfg.train_split, labelled=True, role="train_split")   # the fine-tuning runner's checks
-    spec.check_split(cfg.dev_split, labelled=True, role="dev_split")
-    if cfg.test_split is not None:
-        spec.check_split(cfg.test_split)
+    spec.check_run_splits(cfg.train_split, cfg.dev_split, cfg.test_split)   # the fine-tuning runner's checks
     t0 = time.time()
     train = subset(load_task(spec, cfg.train_split, seed=cfg.squad_seed), cfg.max_train_examples)
     vectorizer = TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, max_features=cfg.max_features,

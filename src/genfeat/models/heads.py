@@ -515,10 +515,7 @@ class FineTuneModel(nn.Module):
             backbone.config = dataclasses.replace(backbone.config, mem_len=max(backbone.config.mem_len, need),
                                                   **({"same_length": False}
                                                      if hasattr(backbone.config, "same_length") else {}))
-        max_position = getattr(backbone.config, "max_position", None)
-        if max_position is not None and cfg.max_len > max_position:
-            raise ConfigError(f"max_len {cfg.max_len} is longer than the {cfg.backbone} backbone's {max_position} "
-                              "positions", "lower max_len to the backbone's positions at most")
+        check_max_len(cfg.max_len, cfg.backbone, backbone.config)
         self.adapter.prepare(backbone)
         self.backbone = backbone
         self.head = TaskHead(cfg.head)
@@ -572,6 +569,18 @@ class FineTuneModel(nn.Module):
         real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         keep = real[:, 1:] & real[:, :-1]          # state j predicts token j+1, both real tokens
         return self.adapter.lm_log_probs(self.backbone, hidden[:, :-1][keep], input_ids[:, 1:][keep])
+
+
+def check_max_len(max_len: int, architecture: str, backbone_config: Any, setting: str = "max_len") -> None:
+    """Refuse a max_len beyond the backbone's learned positions (``setting``: what the error calls it).
+
+    Raises:
+        ConfigError: naming the setting and the backbone's positions.
+    """
+    max_position = getattr(backbone_config, "max_position", None)
+    if max_position is not None and max_len > max_position:
+        raise ConfigError(f"{setting} {max_len} is longer than the {architecture} backbone's {max_position} positions",
+                          f"lower {setting} to the backbone's positions at most")
 
 
 def _tokens_first(flat: list[Tensor | None], summary_index: Tensor) -> tuple[list[Tensor | None], Tensor]:

@@ -147,6 +147,18 @@ class TaskSpec(Config):
             raise DataError(f"task '{self.name}' split '{split}' has no labels",
                             f"set {role or 'the split'} to a labelled split ({', '.join(labelled_splits)})")
 
+    def check_run_splits(self, train: str, dev: str, test: str | None, section: str = "") -> None:
+        """:meth:`check_split` for a run's splits: the training and dev ones labelled, a test one (optional) known;
+        ``section``: where the run's settings name them (``data.``), for the fix.
+
+        Raises:
+            DataError: a split is unknown, or the training or dev split unlabelled.
+        """
+        self.check_split(train, labelled=True, role=f"{section}train_split")
+        self.check_split(dev, labelled=True, role=f"{section}dev_split")
+        if test is not None:
+            self.check_split(test)
+
     @property
     def n_labels(self) -> int:
         """Output size of the task's head: number of classes, 1 for regression (span: 0, start/end per token)."""

@@ -269,24 +269,22 @@ class TaskEncoder:
             return self.span(example, index)
         texts = example.texts
         if transform == "single":
-            pairs = [(texts[0], None)]
+            packed = [self._one(texts[0])]
         elif transform == "pair":
-            pairs = [(texts[0], texts[1])]
+            packed = [self._one(texts[0], texts[1])]
         elif transform == "similarity":
-            pairs = [(texts[0], texts[1]), (texts[1], texts[0])]
+            packed = [self._one(texts[0], texts[1]), self._one(texts[1], texts[0])]
         elif transform == "multiple_choice":
             context, question = texts
             if "_" in question:
-                pairs = [(context, question.replace("_", answer)) for answer in example.choices]
+                packed = [self._one(context, question.replace("_", answer)) for answer in example.choices]
             elif self.fmt.question_with_context:
                 packed = [self._question_with_context(context, question, answer) for answer in example.choices]
-                return [Encoded([p for p, _ in packed], example.label, any(cut for _, cut in packed), index)]
             else:
-                pairs = [(context, f"{question} {answer}") for answer in example.choices]
+                packed = [self._one(context, f"{question} {answer}") for answer in example.choices]
         else:
             raise ConfigError(f"unknown input transformation {transform!r}", "use single, pair, similarity, "
                               "multiple_choice or span")
-        packed = [self._one(a, b) for a, b in pairs]
         return [Encoded([p for p, _ in packed], example.label, any(cut for _, cut in packed), index)]
 
     def _question_with_context(self, context: str, question: str, answer: str) -> tuple[Packed, bool]:
