@@ -94,6 +94,9 @@ def test_seeds_run_one_whole_chain_each_and_summarise_both_phases(tmp_path, caps
     for key in ("dev_accuracy", "dev_f1", "pretrain_valid_loss"):
         assert result[f"{key}_mean"] == pytest.approx((runs[0][key] + runs[1][key]) / 2)
         assert f"{key}_std" in result
+    summary = [k for k in result if k.endswith(("_mean", "_std", "_median"))]
+    assert list(result)[-len(summary):] == summary and "dev_accuracy_mean" in summary, \
+        "the JSON line ends with the metrics' summary (issue 12: `genfeat run --seeds N --json` ends with them)"
     assert runs[0]["pretrain_valid_loss"] != runs[1]["pretrain_valid_loss"], "each seed pretrains its own model"
     assert result["pretrain_valid_loss_std"] > 0
     for seed in (0, 1):

@@ -65,11 +65,16 @@ def test_a_head_serves_the_task_it_was_trained_for_and_a_foreign_one_is_checked_
                                                   f"task '{other}'. fix: evaluate it on 'sst2', or fine-tune for "
                                                   f"'{other}'"):
             check_head(sst2, get_task(other), "ckpt")
+    # a head genfeat trained for a task registered elsewhere (not in TASKS here) serves that task alone
+    with pytest.raises(CheckpointError, match="fine-tuned for task 'reviews' and predicts its labels, not those of task "
+                       "'sst2'. fix: evaluate it on 'reviews' .a task this genfeat does not know: add its TaskSpec"):
+        check_head(_model("reviews"), get_task("sst2"), "ckpt")
     # a Hugging Face task model names no genfeat task: a head of the task's kind and label count serves it
-    check_head(_model("hf:BertForSequenceClassification"), get_task("cola"), "hf")
+    check_head(_model("reviews"), get_task("sst2"), "hf", native=False)     # (run_glue's finetuning_task)
+    check_head(_model("hf:BertForSequenceClassification"), get_task("cola"), "hf", native=False)
     with pytest.raises(CheckpointError, match="with 2 labels.*needs a classification head with 3 labels. fix: evaluate it on "
                        "a task that takes a classification head with 2 labels, or fine-tune for .mnli."):
-        check_head(_model("hf:BertForSequenceClassification"), get_task("mnli"), "hf")
+        check_head(_model("hf:BertForSequenceClassification"), get_task("mnli"), "hf", native=False)
     # a span head points into its input, so it answers any span task (the article split of SQuAD's dev file)
     check_head(_model("squad_v1.1", "span"), get_task("squad_split"), "squad")
 

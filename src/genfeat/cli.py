@@ -27,7 +27,7 @@ from .errors import CheckpointError, ConfigError, DataError, GenfeatError
 
 def _emit(result: dict[str, Any], as_json: bool, human: str) -> None:
     if as_json:
-        print(json.dumps(result, sort_keys=True))
+        print(json.dumps(result))  # in the order the command built it (run: the summary last)
     else:
         print(human)
 

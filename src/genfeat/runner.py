@@ -427,11 +427,11 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:
         result.update(runs[0])
+    result.update({"seeds": seeds, "runs": runs, "seconds": time.time() - t0, "out_dir": str(base),
+                   "provenance": record})
     unfinished = [seed for seed, figures in zip(seeds, runs) if figures.get("interrupted")]
     if unfinished:   # train.stop_after_steps paused these seeds: a summary would be over the others alone
         result.update({"interrupted": 1.0, "unfinished_seeds": unfinished})
-    else:
+    else:  # last, so that `genfeat run --json` ends with the <metric>_mean / _std / _median figures
         result.update(summarise(runs))
-    result.update({"seeds": seeds, "runs": runs, "seconds": time.time() - t0, "out_dir": str(base),
-                   "provenance": record})
     return result

@@ -465,14 +465,16 @@ def scores(spec: TaskSpec, examples: Sequence[Example], preds: Sequence) -> dict
 
 
 # --------------------------------------------------------------------------------------------- model
-def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
+def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path, native: bool = True) -> None:
     """Refuse a fine-tuned checkpoint whose head cannot serve ``spec``.
 
-    A classification or regression head trained for a genfeat task (``config.task`` in TASKS) serves that
-    task only: its label ids and score scale are that task's, so a head of the same shape would score
-    another task silently wrong (SST-2's 0/1 are not CoLA's). Span and multiple-choice heads point into
-    their input, so they serve any task of their kind. A Hugging Face task model names no genfeat task
-    (``hf:<architecture>``): its head's kind and label count must fit."""
+    A classification or regression head genfeat trained (``native``: a genfeat checkpoint) serves the task
+    it was trained for only (``config.task``): its label ids and score scale are that task's, so a head of
+    the same shape would score another task silently wrong (SST-2's 0/1 are not CoLA's), and so would one
+    trained for a task registered in another program (a name not in TASKS here). Span and multiple-choice
+    heads point into their input, so they serve any task of their kind. A Hugging Face task model (not
+    ``native``) names a task of its own or none (``finetuning_task``, else ``hf:<architecture>``): unless that
+    is a genfeat task, its head's kind and label count must fit."""
     head = model.config.head
     kind = _head_kind(spec)
     trained = model.config.task
@@ -483,11 +485,13 @@ def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
         raise CheckpointError(f"checkpoint '{path}' has a {have} (trained for task '{trained}'), task "
                               f"'{spec.name}' needs a {need}",
                               f"evaluate it on {where}, or fine-tune for '{spec.name}' (init: {path})")
-    if head.kind in ("classification", "regression") and trained in TASKS and trained != spec.name:
+    if head.kind in ("classification", "regression") and (native or trained in TASKS) and trained != spec.name:
         outputs = "labels" if head.kind == "classification" else "scores"
+        where = f"'{trained}'" if trained in TASKS else (f"'{trained}' (a task this genfeat does not know: add its "
+                                                            "TaskSpec to genfeat.tasks.TASKS)")
         raise CheckpointError(f"checkpoint '{path}' was fine-tuned for task '{trained}' and predicts its {outputs}, "
                               f"not those of task '{spec.name}'",
-                              f"evaluate it on '{trained}', or fine-tune for '{spec.name}' (init: {path})")
+                              f"evaluate it on {where}, or fine-tune for '{spec.name}' (init: {path})")
 
 
 def align_labels(model: FineTuneModel, spec: TaskSpec, path: str | Path) -> None:
@@ -824,7 +828,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "OUT/final" if arch in fine_tunable() else f"a {arch} model cannot be fine-tuned: its figures "
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
-    check_head(model, spec, checkpoint)
+    check_head(model, spec, checkpoint, native="architecture" in read_config(checkpoint))
     broken = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if broken:   # argmax over NaN scores is class 0: a figure, silently wrong
         raise CheckpointError(f"checkpoint '{checkpoint}' holds NaN or infinite weights in {len(broken)} tensors "
