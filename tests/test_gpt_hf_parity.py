@@ -52,6 +52,23 @@ def test_lm_logits_match_hugging_face(tmp_path):
         assert (ours(x["input_ids"]).logits - hf(input_ids=x["input_ids"]).logits).abs().max() <= 1e-4
 
 
+def test_greedy_generation_with_the_cache_matches_hugging_face_generate(tmp_path):
+    """HF's OpenAI-GPT has no key/value cache: its generate recomputes the whole sequence every step. Greedy
+    decoding from the same weights must give the same tokens as genfeat's cached generation."""
+    hf = hf_model()
+    with torch.no_grad():   # large position embeddings: each step's state differs, greedy decoding does not settle
+        hf.transformer.positions_embed.weight.normal_(0, 1, generator=torch.Generator().manual_seed(2))
+    hf.save_pretrained(tmp_path / "hf")
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    context = inputs(b=2, t=5)["input_ids"]
+    with torch.no_grad():
+        expected = hf.generate(context, attention_mask=torch.ones_like(context), max_new_tokens=19,
+                               do_sample=False, pad_token_id=0)[:, 5:]
+    got = ours.generate(context, 19, top_k=1)
+    assert got.shape == expected.shape == (2, 19) and torch.equal(got, expected)
+    assert min(len(set(row.tolist())) for row in got) > 5, "a row that repeats few tokens would check little"
+
+
 def test_double_heads_match_hugging_face_and_export_loads_back(tmp_path):
     hf = hf_model(HFDoubleHeads)
     hf.save_pretrained(tmp_path / "hf")
