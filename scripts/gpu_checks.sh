@@ -2,7 +2,8 @@
 # The checks that need a CUDA GPU, for a session that has one: the CUDA tests (tests/test_cuda.py: Transformer-XL
 # and the complement GAN; tests/test_cuda_backbones.py: XLNet, BERT, GPT-1 and the pretraining, fine-tuning, ELMo
 # and GDAN debug recipes) and the train benchmarks against Hugging Face on the GPU in fp32 and bf16
-# (benchmarks/{xlnet,bert,gpt}_train_vs_hf.py --device cuda).
+# (benchmarks/{xlnet,bert,gpt}_train_vs_hf.py --device cuda) and GPT-1's generation benchmark
+# (benchmarks/gpt_generate_vs_hf.py --device cuda, fp32).
 #
 #   bash scripts/gpu_checks.sh {tests|bench|all} OUTDIR
 #
@@ -32,5 +33,7 @@ if [[ $what != tests ]]; then
         --precision "$precision" >> "$out/bench.log" 2>&1 || rc=1
     done
   done
+  echo "== gpt_generate fp32" >> "$out/bench.log"
+  timeout "${GPU_BENCH_SECONDS:-150}" python3 benchmarks/gpt_generate_vs_hf.py --device cuda >> "$out/bench.log" 2>&1 || rc=1
 fi
 exit $rc
