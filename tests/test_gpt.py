@@ -77,6 +77,33 @@ def test_generation_with_the_cache_equals_recomputation():
         m.generate(context, 36)
 
 
+def test_prompts_of_different_lengths_generate_in_one_left_padded_batch_as_each_alone():
+    m = model()
+    with torch.no_grad():   # large position embeddings: a wrong position shows in the tokens
+        m.pos_emb.weight.normal_(0, 1, generator=torch.Generator().manual_seed(5))
+    prompts = [ids(1, t, seed=t)[0] for t in (7, 3, 5)]
+    alone = [m.generate(p, 15, top_k=1) for p in prompts]
+    assert min(len(set(a.tolist())) for a in alone) > 4, "rows that repeat a token would check little"
+    width = max(len(p) for p in prompts)
+    context = torch.full((3, width), 9)                                  # the pad id is never read
+    mask = torch.zeros(3, width, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        context[i, width - len(p):], mask[i, width - len(p):] = p, 1
+    for use_cache in (True, False):
+        batch = m.generate(context, 15, top_k=1, attention_mask=mask, use_cache=use_cache)
+        assert batch.shape == (3, 15)
+        for row, a in zip(batch, alone):
+            assert torch.equal(row, a)
+    # without the mask the padding is read as tokens: other continuations (the check can fail)
+    assert not torch.equal(m.generate(context, 15, top_k=1)[1], alone[1])
+    # padding after a token, a row of padding alone, a mask of another shape: refused
+    for bad in (mask.flip(1), torch.cat([torch.zeros(1, width, dtype=torch.long), mask[1:]]), mask[:, 1:]):
+        with pytest.raises(ValueError, match="attention_mask"):
+            m.generate(context, 2, attention_mask=bad)
+    with pytest.raises(ValueError, match="padded on the left"):
+        m.generate(context, 2, attention_mask=mask.flip(1))
+
+
 def test_a_model_with_the_multiple_choice_head_still_generates_and_scores_as_an_lm():
     """[b, t] input is the LM's (generation, zero-shot scoring): no multiple-choice scores, the same LM as without
     the head; [b, k, t] input gets them (an OpenAIGPTDoubleHeadsModel directory loads with the head)."""

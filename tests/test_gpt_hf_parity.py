@@ -52,6 +52,23 @@ def test_lm_logits_match_hugging_face(tmp_path):
         assert (ours(x["input_ids"]).logits - hf(input_ids=x["input_ids"]).logits).abs().max() <= 1e-4
 
 
+def test_left_padded_rows_with_position_ids_match_hugging_face(tmp_path):
+    """Left padding (generate's batches of prompts of different lengths): HF's position_ids and attention mask, the
+    logits at the real tokens (padding's own states differ: a query with no key attends to itself in genfeat)."""
+    hf = hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    ids = inputs()["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[0, :4], mask[2, :1] = 0, 0
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        got = ours(ids, attention_mask=mask, position_ids=pos).logits
+    real = mask.bool()
+    assert torch.isfinite(got).all() and (got[real] - expected[real]).abs().max() <= 1e-4
+
+
 def test_greedy_generation_with_the_cache_matches_hugging_face_generate(tmp_path):
     """HF's OpenAI-GPT has no key/value cache: its generate recomputes the whole sequence every step. Greedy
     decoding from the same weights must give the same tokens as genfeat's cached generation."""

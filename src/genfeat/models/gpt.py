@@ -128,18 +128,21 @@ class GPTLMHeadModel(nn.Module):
     """GPT-1 with the tied LM head (and the multiple-choice head when ``config.mc_head``).
 
     ``model(input_ids, attention_mask=None, token_type_ids=None, mc_token_ids=None, past=None, *,
-    labels=None, use_cache=False, return_logits=None) -> GPTOutput``
+    position_ids=None, labels=None, use_cache=False, return_logits=None) -> GPTOutput``
 
     Args:
         input_ids: [..., t] ids in [0, V + S); the multiple-choice head scores [b, k, t] input, one row per
             choice (other shapes get no ``mc_logits``: the LM alone, for generation and scoring). m + t <= max_position.
-        attention_mask: [..., m + t], 1 for tokens to attend to, 0 for padding (default all 1).
-            Pad on the right: a query whose own and earlier tokens are all padding gets NaN.
+        attention_mask: [..., m + t], 1 for tokens to attend to, 0 for padding (default all 1). A query
+            with no token to attend to (padding at the start of a left-padded row) attends to itself alone, so
+            that padding gets finite states, which no token attends to.
         token_type_ids: [..., t] ids embedded with the token table and added (Hugging Face's
             convention); default none.
         mc_token_ids: [b, k] position of each choice's extract token (default the last position).
         past: the ``past`` of an earlier output for the same sequences (m cached tokens); the new
-            tokens take positions m .. m + t - 1.
+            tokens take positions m .. m + t - 1 unless ``position_ids`` say otherwise.
+        position_ids: [..., t] (or [t]) rows of the position table for the new tokens (default m .. m + t - 1):
+            left-padded rows count their positions from their first token (as :meth:`generate` does).
         labels: [..., t] the next token of every position: the output's ``target_log_probs`` are
             their log-probabilities, the terms of L1 (Eq. 1), as the causal LM objective
             (genfeat.objectives.causal_lm) asks of a model; not a loss, no shift.
@@ -219,11 +222,16 @@ class GPTLMHeadModel(nn.Module):
                 raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} tokens, expected the "
                                  f"{m} cached and {t} new ones")
             keep = keep & attention_mask.reshape(-1, m + t).bool()[:, None, None, :]
+            # a query with nothing to attend to would get NaN (softmax over no key) and pass it on through the
+            # keys and values of its padding position: it attends to itself instead
+            itself = torch.arange(m + t, device=device) == m + torch.arange(t, device=device)[:, None]  # [t, m + t]
+            keep = keep | (itself & ~keep.any(-1, keepdim=True))
         return keep
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                mc_token_ids: Tensor | None = None, past: KeyValues | None = None, *, labels: Tensor | None = None,
-                use_cache: bool = False, return_logits: bool | None = None) -> GPTOutput:
+                mc_token_ids: Tensor | None = None, past: KeyValues | None = None, *,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, use_cache: bool = False,
+                return_logits: bool | None = None) -> GPTOutput:
         cfg = self.config
         shape, t = input_ids.shape, input_ids.shape[-1]
         m = 0 if past is None else past[0][0].shape[2]
@@ -233,7 +241,12 @@ class GPTLMHeadModel(nn.Module):
         n_vocab = cfg.n_token + cfg.n_special
         check_ids(input_ids, n_vocab, "input ids")
         table = self.token_table()
-        h = F.embedding(input_ids.reshape(-1, t), table) + self.pos_emb.weight[m:m + t]  # [b, t, d]
+        if position_ids is None:
+            pos = self.pos_emb.weight[m:m + t]                                                  # [t, d]
+        else:
+            check_ids(position_ids, cfg.max_position, "position ids")
+            pos = self.pos_emb(position_ids.reshape(-1, t))                                     # [b or 1, t, d]
+        h = F.embedding(input_ids.reshape(-1, t), table) + pos                                  # [b, t, d]
         if token_type_ids is not None:
             check_ids(token_type_ids, n_vocab, "token type ids")
             h = h + F.embedding(token_type_ids.reshape(-1, t), table)
@@ -271,19 +284,28 @@ class GPTLMHeadModel(nn.Module):
 
     @torch.no_grad()
     def generate(self, context: Tensor, length: int, *, top_k: int = 40, temperature: float = 1.0,
-                 generator: torch.Generator | None = None, use_cache: bool = True) -> Tensor:
+                 generator: torch.Generator | None = None, use_cache: bool = True,
+                 attention_mask: Tensor | None = None) -> Tensor:
         """Top-k sampling continuing ``context`` (top_k 1: greedy), via genfeat.generation.sample_top_k.
 
         With ``use_cache`` the context is fed once and each step feeds only the newest token,
         attending over the cached keys and values (O(t) per step); without, every step recomputes
         the whole sequence (O(t^2)), which gives the same tokens.
 
+        Prompts of different lengths go in one batch left-padded, with ``attention_mask``: each row's
+        positions count from its first token and no token attends to padding, so a row continues as
+        its prompt alone would (greedy: the same tokens, up to floating-point ties).
+
         Args:
             context: [t] or [b, t] ids (at least one token); t + length <= max_position.
             length: number of tokens to sample.
             top_k, temperature, generator: as for genfeat.generation.generate.
+            attention_mask: [b, t] 1 at prompt tokens, 0 at the padding before them (default all 1).
         Returns:
             [length] or [b, length] sampled ids (the context is not repeated).
+        Raises:
+            ValueError: a context too long for the positions; a mask of another shape, not 0/1, padding
+                after a token (right padding) or a row without a token.
         """
         check_sampling(context, top_k, temperature)
         squeeze = context.dim() == 1
@@ -291,13 +313,28 @@ class GPTLMHeadModel(nn.Module):
         if ids.shape[1] + length > self.config.max_position:
             raise ValueError(f"{ids.shape[1]} context and {length} new tokens exceed the model's "
                              f"{self.config.max_position} positions")
+        mask = positions = step_pos = None
+        if attention_mask is not None:
+            mask = attention_mask.to(ids.device).reshape(ids.shape) if attention_mask.numel() == ids.numel() else None
+            if mask is None or not ((mask == 0) | (mask == 1)).all():
+                raise ValueError(f"generate's attention_mask must be 0/1 of the context's shape {tuple(ids.shape)}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            mask = mask.long()
+            if (mask[:, 1:] < mask[:, :-1]).any() or not mask[:, -1].all():
+                raise ValueError("generate needs prompts padded on the left (attention_mask 0 ... 0 1 ... 1 in "
+                                 "every row, at least one 1): the new tokens follow the last column")
+            positions = step_pos = (mask.cumsum(1) - 1).clamp(min=0)                # [b, t]
         was_training = self.training
         self.eval()
         seq, feed, past = ids, ids, None
         for _ in range(length):
-            out = self(feed, past=past, use_cache=use_cache)
+            out = self(feed, attention_mask=mask, position_ids=step_pos, past=past, use_cache=use_cache)
             token = sample_top_k(out.logits[:, -1], top_k, temperature, generator)
             seq = torch.cat([seq, token], dim=1)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+                positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+                step_pos = positions[:, -1:] if use_cache else positions
             feed, past = (token, out.past) if use_cache else (seq, None)
         self.train(was_training)
         result = seq[:, ids.shape[1]:]
