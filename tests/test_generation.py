@@ -49,6 +49,8 @@ def test_bad_arguments():
         generate(model(), torch.tensor([], dtype=torch.long), 3)
     with pytest.raises(ValueError):
         generate(model(), torch.tensor([1]), 3, top_k=0)
+    with pytest.raises(ValueError, match="a length of 0 or more new tokens, got -3"):
+        generate(model(), torch.tensor([1]), -3)
 
 
 def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -101,6 +103,9 @@ def test_low_temperature_is_greedy_and_high_temperature_is_uniform():
     assert chi_square_p(counts, torch.softmax(lp, -1)) < 1e-6
     with pytest.raises(ValueError):
         generate(m, context, 3, temperature=0.0)
+    # a temperature so small that log p / T overflows fp32 is still greedy (no inf - inf, no NaN)
+    frozen = generate(m, context.expand(3, 4), 1, top_k=50, temperature=1e-40, generator=torch.Generator().manual_seed(0))
+    assert (frozen == lp.argmax()).all()
 
 
 def test_cli_samples_gpt_with_its_cache_and_transformer_xl_with_memory(tmp_path, capsys):
@@ -149,6 +154,15 @@ def test_cli_samples_gpt_with_its_cache_and_transformer_xl_with_memory(tmp_path,
                     "--json")
     assert code == 0 and out["text"] == words.decode(generate(txl, torch.tensor(words.encode("w3 w7 w1")), 6,
                                                               top_k=1).tolist())
+    # no prompt: the sample starts after a new line (the word vocabulary's <eos>), not from an arbitrary id 0
+    code, out = run("--checkpoint", str(tmp_path / "txl"), "--length", "6", "--top-k", "1", "--json")
+    assert code == 0 and out["text"] == words.decode(generate(txl, torch.tensor([words.lookup("<eos>")]), 6,
+                                                              top_k=1).tolist())
+    chars = SymbolVocab([chr(97 + i) for i in range(26)], "char")   # letters alone: no newline to start after
+    save_pretrained(TransformerXLLMHeadModel(TransformerXLConfig(n_token=26, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                                                 n_layer=1, mem_len=4)), tmp_path / "chars", chars)
+    code, err = run("--checkpoint", str(tmp_path / "chars"), "--length", "3")
+    assert code == 2 and "gives no token to start from" in err and "fix: pass --prompt with some text" in err, err
     save_pretrained(BertForMaskedLM(BertConfig(n_token=50, d_model=16, n_layer=1, n_head=2, d_inner=32)),
                     tmp_path / "bert", words)
     code, err = run("--checkpoint", str(tmp_path / "bert"))

@@ -102,6 +102,39 @@ def test_prompts_of_different_lengths_generate_in_one_left_padded_batch_as_each_
             m.generate(context, 2, attention_mask=bad)
     with pytest.raises(ValueError, match="padded on the left"):
         m.generate(context, 2, attention_mask=mask.flip(1))
+    with pytest.raises(ValueError, match=r"attention_mask must be 0/1 of the context's shape \(3, 7\), got \(7, 3\)"):
+        m.generate(context, 2, attention_mask=mask.T.contiguous())          # as many elements: still refused
+    with pytest.raises(ValueError, match="length of 0 or more"):
+        m.generate(context, -1)
+    # forward: a mask or positions of another shape than the input ids
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(3, 7\), the input ids \(3, 2, 7\)"):
+        m(context[:, None].expand(3, 2, 7), attention_mask=mask)
+    with pytest.raises(ValueError, match=r"position_ids has shape \(7, 3\)"):
+        m(context, position_ids=mask.T.contiguous())
+
+
+def test_a_padding_query_with_no_key_attends_to_itself_alone():
+    # SDPA's kernels differ on a softmax over no key (NaN or 0): the mask gives such a query its own key
+    m = model()
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    keep = m._keep(4, 0, mask, "cpu")[:, 0]                              # [b, t, t]
+    assert keep[0, 0].tolist() == [True, False, False, False] and keep[0, 1].tolist() == [False, True, False, False]
+    assert keep[0, 2].tolist() == [False, False, True, False] and keep[0, 3].tolist() == [False, False, True, True]
+    assert torch.equal(keep[1], torch.ones(4, 4, dtype=torch.bool).tril()), "rows without padding: causal alone"
+    # over a cache: the new token of a row that starts with padding reads its prompt, not the padding
+    keep = m._keep(1, 3, torch.tensor([[0, 1, 1, 1]]), "cpu")[0, 0, 0]
+    assert keep.tolist() == [False, True, True, True]
+
+
+def test_fine_tuning_special_tokens_are_not_sampled_unless_asked():
+    m = model()
+    special = m.add_special_tokens(3)
+    with torch.no_grad():   # special embeddings far larger than the others: the tied head favours them
+        m.special_emb.weight.mul_(50)
+    context = torch.tensor([[special[0], 4, 9]])
+    assert (m.generate(context, 10, top_k=1) < V).all()
+    assert (m.generate(context, 10, top_k=5, generator=torch.Generator().manual_seed(0)) < V).all()
+    assert (m.generate(context, 10, top_k=1, special_tokens=True) >= V).any(), "the check can fail"
 
 
 def test_a_model_with_the_multiple_choice_head_still_generates_and_scores_as_an_lm():

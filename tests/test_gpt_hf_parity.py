@@ -86,6 +86,24 @@ def test_greedy_generation_with_the_cache_matches_hugging_face_generate(tmp_path
     assert min(len(set(row.tolist())) for row in got) > 5, "a row that repeats few tokens would check little"
 
 
+@pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5,
+                    reason="transformers 4.x's OpenAI-GPT generate drops the attention mask of left-padded prompts")
+def test_left_padded_greedy_generation_matches_hugging_face_generate(tmp_path):
+    hf = hf_model()
+    with torch.no_grad():
+        hf.transformer.positions_embed.weight.normal_(0, 1, generator=torch.Generator().manual_seed(2))
+    hf.save_pretrained(tmp_path / "hf")
+    ours = genfeat.from_pretrained(tmp_path / "hf")
+    context = inputs(b=3, t=6)["input_ids"]
+    mask = torch.ones_like(context)
+    mask[0, :3], mask[2, :1] = 0, 0
+    with torch.no_grad():
+        expected = hf.generate(context, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)[:, 6:]
+    got = ours.generate(context, 12, top_k=1, attention_mask=mask)
+    assert torch.equal(got, expected)
+    assert not torch.equal(ours.generate(context, 12, top_k=1)[0], expected[0]), "the padding matters (can fail)"
+
+
 def test_double_heads_match_hugging_face_and_export_loads_back(tmp_path):
     hf = hf_model(HFDoubleHeads)
     hf.save_pretrained(tmp_path / "hf")

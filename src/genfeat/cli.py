@@ -220,8 +220,14 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
         raise ConfigError(f"--mem-len is a Transformer-XL memory, but '{args.checkpoint}' holds a GPT model, which "
                           "attends over every earlier position", "drop --mem-len")
     ids = vocab.encode(args.prompt) if args.prompt else []
-    if not ids:
-        ids = [0]
+    if not ids:   # no prompt (or one of spaces alone): the sample starts as a new line of text would
+        try:
+            ids = vocab.encode("\n")
+        except ConfigError:      # a character vocabulary without a newline
+            ids = []
+        if not ids:
+            raise ConfigError(f"the prompt {args.prompt!r} gives no token to start from, and this tokenizer has no "
+                              "token for a new line", "pass --prompt with some text")
     length = DEFAULT_LENGTH if args.length is None else args.length
     if gpt:
         positions = model.config.max_position
@@ -449,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", parents=[common], help="top-k sampling from a context with a Transformer-XL "
                                                           "(reusing memory) or GPT (reusing keys and values) checkpoint")
     g.add_argument("--checkpoint", required=True)
-    g.add_argument("--prompt", default="")
+    g.add_argument("--prompt", default="", help="text to continue (default: none, the sample starts after a new line)")
     g.add_argument("--length", type=int, default=None, help=f"tokens to sample (default {DEFAULT_LENGTH}; for a GPT "
                    "at most the positions the prompt leaves)")
     g.add_argument("--top-k", type=int, default=40)

@@ -10,12 +10,14 @@ import torch
 from torch import Tensor, nn
 
 
-def check_sampling(context: Tensor, top_k: int, temperature: float) -> None:
-    """Raise ValueError for an empty context, top_k < 1 or a temperature <= 0."""
+def check_sampling(context: Tensor, top_k: int, temperature: float, length: int = 0) -> None:
+    """Raise ValueError for an empty context, top_k < 1, a temperature <= 0 or a negative length."""
     if context.numel() == 0:
         raise ValueError("generation needs a non-empty context")
     if top_k < 1 or not temperature > 0:   # NaN too
         raise ValueError("top_k must be >= 1 and temperature > 0")
+    if length < 0:
+        raise ValueError(f"generation needs a length of 0 or more new tokens, got {length}")
 
 
 def sample_top_k(logits: Tensor, top_k: int, temperature: float, generator: torch.Generator | None) -> Tensor:
@@ -23,8 +25,10 @@ def sample_top_k(logits: Tensor, top_k: int, temperature: float, generator: torc
 
     Shapes: logits (or log-probabilities) [b, V] -> [b, 1] ids.
     """
-    top, idx = (logits.float() / temperature).topk(min(top_k, logits.shape[-1]), dim=-1)
-    return idx.gather(-1, torch.multinomial(torch.softmax(top, dim=-1), 1, generator=generator))
+    top, idx = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
+    scaled = (top - top[:, :1]) / temperature   # <= 0: a tiny temperature gives -inf at worst, never inf - inf
+    scaled = scaled.masked_fill(top == float("-inf"), float("-inf"))   # excluded ids stay out at temperature inf
+    return idx.gather(-1, torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator))
 
 
 @torch.no_grad()
@@ -44,7 +48,7 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     Returns:
         [length] or [b, length] sampled ids (the context is not repeated).
     """
-    check_sampling(context, top_k, temperature)
+    check_sampling(context, top_k, temperature, length)
     was_training = model.training
     model.eval()
     squeeze = context.dim() == 1

@@ -222,8 +222,9 @@ class GPTLMHeadModel(nn.Module):
                 raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} tokens, expected the "
                                  f"{m} cached and {t} new ones")
             keep = keep & attention_mask.reshape(-1, m + t).bool()[:, None, None, :]
-            # a query with nothing to attend to would get NaN (softmax over no key) and pass it on through the
-            # keys and values of its padding position: it attends to itself instead
+            # a query with nothing to attend to is a softmax over no key: NaN in some SDPA kernels, 0 in others
+            # (torch 2.13's CPU ones), passed on through the keys and values of its padding position; it
+            # attends to itself instead, the same finite state on every device
             itself = torch.arange(m + t, device=device) == m + torch.arange(t, device=device)[:, None]  # [t, m + t]
             keep = keep | (itself & ~keep.any(-1, keepdim=True))
         return keep
@@ -240,6 +241,13 @@ class GPTLMHeadModel(nn.Module):
                              f"{cfg.max_position} positions the model has: truncate or split the text")
         n_vocab = cfg.n_token + cfg.n_special
         check_ids(input_ids, n_vocab, "input ids")
+        lead = tuple(input_ids.shape[:-1])
+        if attention_mask is not None and tuple(attention_mask.shape[:-1]) != lead:
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, the input ids {tuple(shape)}: "
+                             f"it needs the shape {lead} + (cached + new tokens,)")
+        if position_ids is not None and tuple(position_ids.shape) not in ((t,), tuple(shape)):
+            raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}, it needs the input ids' "
+                             f"{tuple(shape)} or ({t},)")
         table = self.token_table()
         if position_ids is None:
             pos = self.pos_emb.weight[m:m + t]                                                  # [t, d]
@@ -285,7 +293,7 @@ class GPTLMHeadModel(nn.Module):
     @torch.no_grad()
     def generate(self, context: Tensor, length: int, *, top_k: int = 40, temperature: float = 1.0,
                  generator: torch.Generator | None = None, use_cache: bool = True,
-                 attention_mask: Tensor | None = None) -> Tensor:
+                 attention_mask: Tensor | None = None, special_tokens: bool = False) -> Tensor:
         """Top-k sampling continuing ``context`` (top_k 1: greedy), via genfeat.generation.sample_top_k.
 
         With ``use_cache`` the context is fed once and each step feeds only the newest token,
@@ -300,14 +308,17 @@ class GPTLMHeadModel(nn.Module):
             context: [t] or [b, t] ids (at least one token); t + length <= max_position.
             length: number of tokens to sample.
             top_k, temperature, generator: as for genfeat.generation.generate.
-            attention_mask: [b, t] 1 at prompt tokens, 0 at the padding before them (default all 1).
+            attention_mask: [b, t] ([t] for a [t] context) 1 at prompt tokens, 0 at the padding before them
+                (default all 1).
+            special_tokens: also sample the fine-tuning special tokens (ids V .. V+S-1: start, delimiter,
+                extract), which mark task inputs and spell no text; default: the pretrained vocabulary alone.
         Returns:
             [length] or [b, length] sampled ids (the context is not repeated).
         Raises:
             ValueError: a context too long for the positions; a mask of another shape, not 0/1, padding
                 after a token (right padding) or a row without a token.
         """
-        check_sampling(context, top_k, temperature)
+        check_sampling(context, top_k, temperature, length)
         squeeze = context.dim() == 1
         ids = (context[None] if squeeze else context).to(self.word_emb.weight.device)
         if ids.shape[1] + length > self.config.max_position:
@@ -315,11 +326,10 @@ class GPTLMHeadModel(nn.Module):
                              f"{self.config.max_position} positions")
         mask = positions = step_pos = None
         if attention_mask is not None:
-            mask = attention_mask.to(ids.device).reshape(ids.shape) if attention_mask.numel() == ids.numel() else None
-            if mask is None or not ((mask == 0) | (mask == 1)).all():
-                raise ValueError(f"generate's attention_mask must be 0/1 of the context's shape {tuple(ids.shape)}, "
+            if attention_mask.shape != context.shape or not ((attention_mask == 0) | (attention_mask == 1)).all():
+                raise ValueError(f"generate's attention_mask must be 0/1 of the context's shape {tuple(context.shape)}, "
                                  f"got {tuple(attention_mask.shape)}")
-            mask = mask.long()
+            mask = attention_mask.to(ids.device).reshape(ids.shape).long()
             if (mask[:, 1:] < mask[:, :-1]).any() or not mask[:, -1].all():
                 raise ValueError("generate needs prompts padded on the left (attention_mask 0 ... 0 1 ... 1 in "
                                  "every row, at least one 1): the new tokens follow the last column")
@@ -329,7 +339,10 @@ class GPTLMHeadModel(nn.Module):
         seq, feed, past = ids, ids, None
         for _ in range(length):
             out = self(feed, attention_mask=mask, position_ids=step_pos, past=past, use_cache=use_cache)
-            token = sample_top_k(out.logits[:, -1], top_k, temperature, generator)
+            logits = out.logits[:, -1]
+            if not special_tokens:
+                logits = logits[:, :self.config.n_token]   # the special ids come last: sampling stops before them
+            token = sample_top_k(logits, top_k, temperature, generator)
             seq = torch.cat([seq, token], dim=1)
             if mask is not None:
                 mask = torch.cat([mask, torch.ones_like(token)], dim=1)
