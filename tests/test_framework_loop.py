@@ -128,3 +128,35 @@ def test_a_loss_that_becomes_nan_stops_the_run_with_one_error(tmp_path):
                 TrainConfig(progress=False, log_every=2), out_dir=tmp_path).fit()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [2, 4, 6] and logged[-1]["mse_a"] != logged[-1]["mse_a"]
+
+
+def test_a_diverged_model_is_never_checkpointed(tmp_path):
+    """Checkpoints come more often than log lines: a NaN loss since the last log line, or NaN weights, stop the run
+    at the save instead, and OUT/last keeps the last finite model (a resume from a NaN one could only diverge)."""
+    from genfeat.errors import DivergenceError
+    from genfeat.framework.checkpoint import load_trainer_state
+
+    class GoesNaN(SquaredError):
+        def __call__(self, model, batch):
+            out = super().__call__(model, batch)
+            return LossOutput(out.loss_sum * float("nan"), out.count, out.logs) if self.calls >= 5 else out
+
+    torch.manual_seed(0)
+    with pytest.raises(DivergenceError, match=r"the mse_a loss became NaN or infinite by step 5, so that checkpoint "
+                                              r"was not written. fix: lower optim.lr.*--overwrite"):
+        Trainer(TwoHead(), one_phase(GoesNaN(), make_stream(batch_size=8), 10, OptimConfig(name="sgd", lr=0.1)),
+                TrainConfig(progress=False, log_every=8, save_every=1), out_dir=tmp_path / "loss").fit()
+    assert load_trainer_state(tmp_path / "loss" / "last")["global_step"] == 4
+
+    model = TwoHead()
+
+    def poison(step):
+        if step == 3:
+            with torch.no_grad():
+                next(model.parameters())[0] = float("inf")
+
+    with pytest.raises(DivergenceError, match="the model's weights became NaN or infinite by step 3"):
+        Trainer(model, one_phase(SquaredError(), make_stream(batch_size=8), 10, OptimConfig(name="sgd", lr=0.1)),
+                TrainConfig(progress=False, log_every=8, save_every=1), out_dir=tmp_path / "weights",
+                after_step=poison).fit()
+    assert load_trainer_state(tmp_path / "weights" / "last")["global_step"] == 2

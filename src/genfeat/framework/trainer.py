@@ -45,6 +45,7 @@ from .schedule import Phase, Stage, Term
 __all__ = ["TrainConfig", "Trainer", "TrainResult", "OptimConfig", "seed_everything", "to_device"]
 
 METRICS_FILE = "metrics.jsonl"
+_DIVERGED_FIX = "lower optim.lr, raise optim.warmup_steps or set train.clip_norm, then run again with --overwrite"
 
 
 @dataclass
@@ -273,7 +274,12 @@ class Trainer:
               optimizers: dict[str, torch.optim.Optimizer], tracker: dict[str, Any],
               window: dict[str, list[float]] | None = None) -> None:
         """``window``: the logging window's sums since the last log line, each rank's, kept so that a resumed run
-        logs that line over the same steps as an uninterrupted one."""
+        logs that line over the same steps as an uninterrupted one.
+
+        Raises:
+            DivergenceError: the weights, or a loss logged since the last log line, are NaN or infinite: such a
+                checkpoint is not written (a resume from it could only go on diverging)."""
+        self._check_savable(window or {}, global_step)
         phase = self.phases[phase_idx]
         objective_states = self._gather([{k: v.detach().cpu() for k, v in t.objective.state_dict().items()}
                                          for t in phase.terms()])
@@ -385,6 +391,23 @@ class Trainer:
         optimizer.step()
         return items
 
+    def _check_savable(self, window: dict[str, list[float]], step: int) -> None:
+        """Refuse to checkpoint a diverged model: non-finite weights (on any rank) or a non-finite loss sum in the
+        logging window, which the log lines check only every ``log_every`` steps.
+
+        Raises:
+            DivergenceError: naming what is not finite, the step and the fix.
+        """
+        keys = sorted(window)
+        finite = [torch.isfinite(p).all() for p in self.model.parameters()]
+        bad_weights = float(not torch.stack(finite).all()) if finite else 0.0       # one device sync
+        sums = all_reduce_sum([x for k in keys for x in window[k]] + [bad_weights], self.dist)
+        bad = [k for i, k in enumerate(keys) if "/" not in k and not math.isfinite(sums[2 * i])]
+        if bad or sums[-1]:
+            what = f"the {bad[0]} loss" if bad else "the model's weights"
+            raise DivergenceError(f"training diverged: {what} became NaN or infinite by step {step}, so that "
+                                  "checkpoint was not written", _DIVERGED_FIX)
+
     def _check_finite(self, record: dict[str, Any], keys: list[str], step: int) -> None:
         """Stop a run whose loss became NaN or infinite (the sums are reduced over ranks, so every rank stops):
         its later steps, evaluations and figures would all be of a broken model (argmax of NaN scores is class 0,
@@ -396,10 +419,8 @@ class Trainer:
         bad = [k for k in keys if "/" not in k and not math.isfinite(record[k])]
         if bad:
             self._log(record)
-            saved = f" (checkpoints every {self.cfg.save_every} steps: use one from before it)" if self.cfg.save_every else ""
             raise DivergenceError(f"training diverged: the {bad[0]} loss is {record[bad[0]]} over the {self.cfg.log_every} "
-                                  f"steps logged at step {step}{saved}",
-                                  "lower optim.lr, raise optim.warmup_steps or set train.clip_norm, then run again")
+                                  f"steps logged at step {step}", _DIVERGED_FIX)
 
     @staticmethod
     def _record(window: dict[str, list[float]], term: Term, out: LossOutput) -> None:
