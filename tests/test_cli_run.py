@@ -83,6 +83,11 @@ def test_run_several_seeds_writes_a_folder_per_seed_and_summarises(tmp_path, cap
     # outputs other methods write beside a run (word2vec's vectors); files of the user's own stay
     (out / "vectors.bin").write_bytes(b"old")
     (out / "notes.txt").write_text("mine")
+    # ... but a replacement refused before it wrote anything leaves the run it would have replaced as it was
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", out, "--overwrite", "--data.corpus", tmp_path / "nowhere.txt")
+    assert rc == 2 and "nowhere.txt" in err, err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--overwrite", "--json", "--no-progress")
     assert rc == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["final", "last", "metrics.jsonl", "notes.txt", "provenance.json",
@@ -113,11 +118,19 @@ def test_provenance_records_every_invocation_of_a_run(tmp_path, capsys):
     assert first["recipe"] == str(recipe) and first["overrides"] == {"optim.lr": 0.02} and first["seeds"] == [0]
     assert first["resume"] is False and first["torch"] == torch.__version__ and first["cpus"] == os.cpu_count()
     assert json.loads((out / "provenance.json").read_text()) == {"invocations": [first]}
+    # a resume is refused with another recipe than the run started with (the train section aside) or another seed
+    for argv, needle in [(["--optim.lr", "0.03"], "was started with another recipe (optim.lr 0.02 then, 0.03 now)"),
+                         ([], "optim.lr 0.02 then, 0.01 now"), (["--optim.lr", "0.02", "--seed", "4"],
+                                                                  "is of seed 0, and --seed 4 was asked. fix: pass --seed 0")]:
+        rc, _, err = run_cli(capsys, "run", recipe, "--out", out, "--no-progress", "--resume", *argv)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert json.loads((out / "provenance.json").read_text()) == {"invocations": [first]}, "refusals leave no record"
     rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--json", "--no-progress", "--resume",
-                              "--train.stop_after_steps", 0)
+                              "--optim.lr", "0.02", "--train.stop_after_steps", 0)
     assert rc == 0, err
     second = last_json(stdout)["provenance"]
-    assert second["resume"] is True and second["overrides"] == {"train.stop_after_steps": 0}
+    assert second["resume"] is True and second["overrides"] == {"optim.lr": 0.02, "train.stop_after_steps": 0}
+    assert second["run"]["recipe"]["optim"]["lr"] == 0.02 and second["run"]["method"] == "transformer_xl"
     assert json.loads((out / "provenance.json").read_text()) == {"invocations": [first, second]}
     # an invocation that ended before any other output left only its record: a new run replaces it, unasked
     died = tmp_path / "died"

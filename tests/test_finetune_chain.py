@@ -136,7 +136,13 @@ def test_resume_continues_an_interrupted_pretraining_and_skips_a_finished_one(ch
     (pre / "results.json").unlink()
     again = run_recipe(CHAIN, same, [0], out_dir=tmp_path, progress=False, resume=True)
     assert again["pretrain_valid_loss"] == whole["pretrain_valid_loss"] and again["dev_f1"] == whole["dev_f1"]
-    # another pretraining (here: more steps) is not taken for the finished one
+    # another pretraining (here: more steps) is not taken for the finished one: the run's record refuses it, and
+    # without that record (a run from before genfeat kept it) the stage's own stage.json does
+    with pytest.raises(ConfigError, match=r"was started with another recipe \(pretrain.overrides.steps 3 then, 99 now\)"):
+        run_recipe(CHAIN, {**same, "pretrain.overrides.steps": 99}, [0], out_dir=tmp_path, progress=False, resume=True)
+    record = json.loads((tmp_path / "provenance.json").read_text())
+    (tmp_path / "provenance.json").write_text(json.dumps({"invocations": [
+        {k: v for k, v in r.items() if k != "run"} for r in record["invocations"]]}))
     with pytest.raises(CheckpointError, match=r"holds a pretraining whose steps differ"):
         run_recipe(CHAIN, {**same, "pretrain.overrides.steps": 99}, [0], out_dir=tmp_path, progress=False, resume=True)
 

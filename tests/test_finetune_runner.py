@@ -461,6 +461,8 @@ def test_init_of_a_model_that_is_no_backbone_is_one_checkpoint_error_and_out_sta
     ({"data": {"max_len": 128}}, "ConfigError", "data.max_len 128 is longer than the bert backbone's 64 positions"),
     ({"model": {"n_head": 3}}, "ConfigError", "n_head"),
     ({"data": {"max_segments": 2}}, "ConfigError", "data.max_segments is 2 but the bert backbone reads no earlier"),
+    ({"data": {"task": "stsb", "max_eval_examples": 1}}, "ConfigError",
+     r"task 'stsb' is scored by pearson correlation, which needs 2 or more examples, and the dev split gives 1"),
 ])
 def test_what_the_recipe_alone_shows_wrong_is_refused_before_out_is_written(tmp_path, overrides, error, match):
     """Splits that are missing or unlabelled (GLUE's test file as the training or dev split), and settings the

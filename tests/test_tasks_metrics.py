@@ -37,3 +37,6 @@ def test_bad_metric_inputs():
         task_scores(["bleu"], [0], [0])
     with pytest.raises(DataError, match="no predicted tokens or examples"):
         task_scores(["accuracy"], [], [])
+    with pytest.raises(DataError, match="pearson correlation needs 2 or more examples, got 1"):
+        task_scores(["pearson", "spearman"], [0.5], [1.0])          # scipy raises a bare ValueError
+    assert task_scores(["accuracy", "matthews"], [1], [1])["accuracy"] == 1.0

@@ -187,7 +187,7 @@ def check_resume_method(method: MethodSpec, out_dir: str | Path) -> None:
 def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     """Mean, standard deviation (sample, ddof=1; 0 for one run) and median of every metric over runs."""
     out: dict[str, Any] = {}
-    for key in runs[0]:
+    for key in dict.fromkeys(k for run in runs for k in run):     # every seed's figures, in the order they come
         values = [float(r[key]) for r in runs if key in r]
         out[f"{key}_mean"] = statistics.fmean(values)
         out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -262,24 +262,33 @@ def _describe_run(out: Path, found: list[Path]) -> str:
     return f"a {'finished' if finished else 'partial'} {model + ' ' if model else ''}run ({shown})"
 
 
-def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
+REPLACED = ".replaced"
+"""The folder of OUT where ``--overwrite`` moves the run it replaces, until the new run has written something (then
+it is removed) or was refused before that (then the old run is put back)."""
+
+
+def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
     """Refuse, before any work, an OUT a file is in the way of, or (without ``resume`` or ``overwrite``)
-    one holding a run or other files; with ``overwrite`` the run's outputs there are removed."""
+    one holding a run or other files. With ``overwrite`` the run's outputs there are moved into OUT/.replaced
+    (:data:`REPLACED`, returned; None: nothing to replace), for :func:`_settle_replaced`."""
     check_output_path(out, "output directory")
     # under torchrun every rank runs this; only rank 0 writes OUT, so it alone checks and clears it (a later
     # rank would find what rank 0 began writing), and torchrun ends the others when it refuses
     if resume or os.environ.get("RANK", "0") != "0" or not out.is_dir() or not any(out.iterdir()):
-        return
+        return None
     found = _run_outputs(out)
     if overwrite:
+        aside = out / REPLACED
+        if aside.exists():        # left by an invocation killed before it settled it: an older run still
+            shutil.rmtree(aside)
         if any(p.name != PROVENANCE for p in found):
             found += [out / name for name in RUN_EXTRAS if (out / name).exists()]
+        if not found:
+            return None
+        aside.mkdir()
         for p in found:
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
-        return
+            p.rename(aside / p.name)
+        return aside
     if any(p.name != PROVENANCE for p in found):
         # --resume continues from a checkpoint (last/, or a stage's or a seed's); a run that died before its
         # first one can only be replaced
@@ -293,6 +302,59 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
     raise ConfigError(f"output directory '{out}' is not empty and holds no run ({', '.join(names[:5])}"
                       f"{', ...' if len(names) > 5 else ''})",
                       "pass another --out, or --overwrite to write the run among those files")
+
+
+def _settle_replaced(out: Path, aside: Path | None, kept: set[str], failed: bool) -> None:
+    """After an ``--overwrite`` run: the replaced run (in ``aside``) is put back when the new one failed before
+    writing anything but its provenance record (OUT holds nothing beyond ``kept``, the names it held once the old
+    run was set aside: the user's own files), and removed otherwise."""
+    if aside is None or not aside.is_dir():
+        return
+    wrote = any(p.name not in kept and p.name != PROVENANCE for p in out.iterdir())
+    if failed and not wrote:
+        for p in aside.iterdir():
+            if not (out / p.name).exists():
+                p.rename(out / p.name)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": 1}`` for ``{"a": {"b": 1}}``: the leaves of nested mappings under dotted keys."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else key).items()}
+
+
+def _check_resume_identity(out: Path, run: dict[str, Any], seeds: list[int]) -> None:
+    """``--resume`` continues the run in ``out`` as it was started: the same method and recipe (its ``train``
+    section aside, and a pretraining stage's: logging, evaluation, checkpointing, stop_after_steps and the device
+    may change) and, for one seed, the same seed, as the first invocation in OUT/provenance.json records them (``run``). A run whose record
+    has none (written before genfeat kept it) is left to the methods' own checks.
+
+    Raises:
+        ConfigError: naming the fields (at most four) or the seed that differ.
+    """
+    try:
+        first = json.loads((out / PROVENANCE).read_text())["invocations"][0]
+        started = first["run"]
+        started_seeds = first["seeds"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return
+    fix = ("resume with the recipe and overrides the run was started with (OUT/provenance.json records them), or "
+           "pass --overwrite to replace it, or another --out")
+    if started.get("method") != run["method"]:
+        raise ConfigError(f"--resume: the run in '{out}' is a {started.get('method')} run, this recipe is of method "
+                          f"{run['method']}", fix)
+    then, now = (_flat(r["recipe"]) for r in (started, run))
+    loop = ("train.", "pretrain.overrides.train.")      # a run's and its pretraining stage's train sections
+    changed = [k for k in dict.fromkeys([*then, *now]) if not k.startswith(loop) and then.get(k) != now.get(k)]
+    if changed:
+        shown = "; ".join(f"{k} {then.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
+        raise ConfigError(f"--resume: the run in '{out}' was started with another recipe ({shown}"
+                          f"{'; ...' if len(changed) > 4 else ''})", fix)
+    if len(seeds) == 1 and isinstance(started_seeds, list) and len(started_seeds) == 1 and started_seeds != seeds:
+        raise ConfigError(f"--resume: the run in '{out}' is of seed {started_seeds[0]}, and --seed {seeds[0]} was asked",
+                          f"pass --seed {started_seeds[0]} to continue it, or another --out for seed {seeds[0]}")
 
 
 def _listing(seeds: Any) -> str:
@@ -393,17 +455,21 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
 
     Args:
         out_dir: the run's OUT (default runs/<recipe file name>); with several seeds each writes OUT/seed<k>.
-        resume: continue the run in OUT; with several seeds each seed as :func:`_resume_plan` says (finished ones
-            read back, an interrupted one continued, those not started run), and the summary is over all of them.
+        resume: continue the run in OUT, with the recipe (its train section aside) and, for one seed, the seed it
+            was started with (:func:`_check_resume_identity`); with several seeds each seed as :func:`_resume_plan`
+            says (finished ones read back, an interrupted one continued, those not started run), and the summary is
+            over all of them.
         overwrite: run into an OUT that holds a run or other files; the run's outputs there
-            (:data:`RUN_OUTPUTS`, seed and pretraining folders) are removed first. Without it or
-            ``resume`` such an OUT is refused.
+            (:data:`RUN_OUTPUTS`, seed and pretraining folders) are replaced: moved aside first, removed once the new
+            run has written something, put back when it is refused before that. Without it or ``resume`` such an
+            OUT is refused.
         command: the command line, for the provenance record (``genfeat run`` passes its own).
 
     Raises:
-        ConfigError: a recipe or override the method's config refuses, ``resume`` with ``overwrite`` or with seeds
-            that do not match the run in OUT (:func:`_resume_plan`), an OUT a file is in the way of, or (without
-            ``resume``) one holding a run or other files.
+        ConfigError: a recipe or override the method's config refuses, ``resume`` with ``overwrite``, with another
+            recipe or seed than the run in OUT was started with, or with seeds that do not match it
+            (:func:`_resume_plan`), an OUT a file is in the way of, or (without ``resume``) one holding a run or
+            other files.
         CheckpointError: ``resume`` of another method's run, or of a seed whose results.json cannot be read back.
     """
     method, cfg = load_recipe(path, overrides)
@@ -411,19 +477,28 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     if resume and overwrite:
         raise ConfigError("--resume continues the run in OUT, --overwrite replaces it", "pass one of them")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
-    _check_run_dir(base, resume, overwrite)
-    held = _resume_plan(method, base, seeds) if resume else {}
-    writes = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone records the invocation
-    record = invocation(path, overrides or {}, seeds, resume, command) if writes else None
-    t0 = time.time()
-    runs = []
-    with recording(base, record, resume):  # a run refused or failed before any output leaves OUT as it was
-        for seed in seeds:
-            figures = held.get(seed)
-            if figures is None:
-                run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
-                figures = method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=seed in held)
-            runs.append(figures)
+    run = json.loads(json.dumps({"method": method.name, "recipe": to_dict(cfg)}, default=str))
+    if resume:
+        _check_resume_identity(base, run, seeds)
+    aside = _check_run_dir(base, resume, overwrite)
+    kept = {p.name for p in base.iterdir()} if aside is not None else set()
+    try:
+        held = _resume_plan(method, base, seeds) if resume else {}
+        writes = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone records the invocation
+        record = {**invocation(path, overrides or {}, seeds, resume, command), "run": run} if writes else None
+        t0 = time.time()
+        runs = []
+        with recording(base, record, resume):  # a run refused or failed before any output leaves OUT as it was
+            for seed in seeds:
+                figures = held.get(seed)
+                if figures is None:
+                    run_dir = base if len(seeds) == 1 else base / f"seed{seed}"
+                    figures = method.run(cfg, seed=seed, out_dir=run_dir, progress=progress, resume=seed in held)
+                runs.append(figures)
+    except BaseException:
+        _settle_replaced(base, aside, kept, failed=True)
+        raise
+    _settle_replaced(base, aside, kept, failed=False)
     result: dict[str, Any] = {"method": method.name, "recipe": str(path)}
     if len(seeds) == 1:
         result.update(runs[0])

@@ -159,14 +159,25 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> 
     return {"exact_match": em, "squad_f1": f1 / len(golds)}
 
 
+CORRELATION_METRICS = ("pearson", "spearman")
+"""Task metrics that correlate predictions with labels: defined from 2 examples on."""
+
+
 def task_scores(metrics: Sequence[str], predictions: Sequence, labels: Sequence) -> dict[str, float]:
     """The named metrics of whole-split predictions: ``accuracy``, ``f1`` (binary, positive class 1),
     ``matthews`` (Matthews correlation) with scikit-learn; ``pearson`` and ``spearman`` (regression)
-    with scipy. A metric scipy leaves undefined (constant predictions) is NaN, not an error."""
+    with scipy. A metric scipy leaves undefined (constant predictions) is NaN, not an error.
+
+    Raises:
+        DataError: no examples, as many predictions as labels, an unknown metric, a correlation of one example."""
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     _check_count(len(labels))
+    one = [m for m in metrics if m in CORRELATION_METRICS]
+    if one and len(labels) < 2:
+        raise DataError(f"{one[0]} correlation needs 2 or more examples, got 1",
+                        "score 2 or more examples (genfeat evaluate --max-examples 0 or 2 or more)")
     if len(predictions) != len(labels):
         raise DataError(f"{len(predictions)} predictions for {len(labels)} labelled examples",
                         "predict every example once")

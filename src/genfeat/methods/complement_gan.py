@@ -424,7 +424,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
                 shutil.copyfile(path, tmp)
     if out_dir is not None:
         save_checkpoint(Path(out_dir) / "final", model, None, ckpt)  # the trained D and G (from_pretrained)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
     return figures
 
 
@@ -488,5 +488,5 @@ def run_pixelcnn(cfg: PixelCNNRecipe, *, seed: int, out_dir: Path | None, progre
                "params": sum(p.numel() for p in model.parameters())}
     if out_dir is not None:
         save_checkpoint(Path(out_dir) / "final", model, None, ckpt)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
     return figures

@@ -106,6 +106,7 @@ from torch import nn
 
 from ..config import Config, check_least, dotted, to_dict
 from ..errors import CheckpointError, ConfigError
+from ..eval.metrics import CORRELATION_METRICS
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import has_checkpoint, resume_dir
 from ..framework.trainer import to_device
@@ -740,6 +741,10 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                           "1.1-style data")
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
     dev_ex = subset(dev_ex, d.max_eval_examples)
+    correlations = [m for m in spec.metrics if m in CORRELATION_METRICS]
+    if correlations and len(dev_ex) < 2 and any(ex.label is not None for ex in dev_ex):
+        raise ConfigError(f"task '{spec.name}' is scored by {correlations[0]} correlation, which needs 2 or more examples, "
+                          f"and the dev split gives {len(dev_ex)}", "set data.max_eval_examples to 0 (all) or 2 or more")
     # OUT is created by the first file written into it (a tokenizer, the log, a checkpoint), so a run refused
     # before that leaves no empty folder
     seed_everything(seed)
@@ -788,7 +793,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
         save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
     return figures
 
 
@@ -828,7 +833,9 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "OUT/final" if arch in fine_tunable() else f"a {arch} model cannot be fine-tuned: its figures "
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
-    check_head(model, spec, checkpoint, native="architecture" in read_config(checkpoint))
+    # a head genfeat trained; a Hugging Face task model stays one (task "hf:<architecture>") through a genfeat export
+    native = "architecture" in read_config(checkpoint) and not model.config.task.startswith("hf:")
+    check_head(model, spec, checkpoint, native=native)
     broken = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if broken:   # argmax over NaN scores is class 0: a figure, silently wrong
         raise CheckpointError(f"checkpoint '{checkpoint}' holds NaN or infinite weights in {len(broken)} tensors "

@@ -493,7 +493,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
             module_vocab = d_vocab if name == "d" else vocab
             save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, **recipe_record(cfg), **chunker),
                             lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
-        write_json_atomic(out / "results.json", figures)
+        write_json_atomic(out / "results.json", figures, sort_keys=False)
     return figures
 
 

@@ -169,7 +169,7 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
     def figures(pred) -> dict[str, float]:
         out = {"test_accuracy": acc(pred, te), "val_accuracy": acc(pred, va)}
         if out_dir is not None:
-            write_json_atomic(Path(out_dir) / "results.json", out)
+            write_json_atomic(Path(out_dir) / "results.json", out, sort_keys=False)
         return out
 
     if cfg.baseline == "lp":

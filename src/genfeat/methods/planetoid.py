@@ -305,5 +305,5 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
         plot_tsne(model, test, labels[test], cfg.tsne_png, f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
     figures = {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}
     if out is not None:
-        write_json_atomic(out / "results.json", figures)
+        write_json_atomic(out / "results.json", figures, sort_keys=False)
     return figures

@@ -58,7 +58,7 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
                                  "params": sum(p.numel() for p in model.parameters()), **sizes, **scored}
     if out_dir is not None and trainer.dist.is_main:
         save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
         if on_saved is not None:
             on_saved(Path(out_dir))
     return figures

@@ -198,7 +198,7 @@ def run(cfg: QuestionGenRecipe, *, seed: int, out_dir: Path | None, progress: bo
         human = {ex.uid: " ".join(ex.question) for ex in shown}
         pairs = generated_examples(model, shown, vocab, "beam", cfg.max_question_words + 1, cfg.beam)
         _write_jsonl(out / "dev_questions.jsonl", question_records(pairs, human))
-        write_json_atomic(out / "results.json", figures)
+        write_json_atomic(out / "results.json", figures, sort_keys=False)
     return figures
 
 

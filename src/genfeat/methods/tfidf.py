@@ -329,5 +329,5 @@ def run(cfg: TfidfRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
         figures[f"{prefix}_examples"] = len(examples)
     figures["seconds"] = time.time() - t0
     if out_dir is not None:
-        write_json_atomic(Path(out_dir) / "results.json", figures)
+        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
     return figures

@@ -459,5 +459,5 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         if cfg.export != "none":
             binary = cfg.export == "binary"
             save_word2vec_format(out / ("vectors.bin" if binary else "vectors.txt"), words, model.vectors, binary)
-        write_json_atomic(out / "results.json", figures)
+        write_json_atomic(out / "results.json", figures, sort_keys=False)
     return figures
