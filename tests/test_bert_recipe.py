@@ -1,5 +1,6 @@
 """BERT pretraining through the Trainer: seeded examples, a recipe run, its checkpoint, exact resume."""
 
+import json
 import math
 import os
 from pathlib import Path
@@ -106,8 +107,15 @@ def test_bad_text_and_a_resume_with_another_tokenizer_are_one_clear_error(tmp_pa
     (tmp_path / "train.txt").write_bytes(good)
     run_recipe(path, overrides={"train.stop_after_steps": 1, "train.save_every": 1}, out_dir=tmp_path / "run",
                progress=False)
-    # the same size, other pieces: the ids would silently mean other text
+    # the same size, other pieces: the ids would silently mean other text. The run's record refuses the other
+    # recipe; without that record (a run from before genfeat kept it) the checkpoint's vocabulary check does
     train_tokenizer(TokenizerConfig("wordpiece", 60, lowercase=True), tmp_path / "valid.txt", tmp_path / "other")
+    with pytest.raises(ConfigError, match="was started with another recipe .data.tokenizer None then"):
+        run_recipe(path, overrides={"data.tokenizer": str(tmp_path / "other")}, out_dir=tmp_path / "run",
+                   progress=False, resume=True)
+    record = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    (tmp_path / "run" / "provenance.json").write_text(json.dumps({"invocations": [
+        {k: v for k, v in r.items() if k != "run"} for r in record["invocations"]]}))
     with pytest.raises(CheckpointError, match="differs from the one checkpoint"):
         run_recipe(path, overrides={"data.tokenizer": str(tmp_path / "other")}, out_dir=tmp_path / "run",
                    progress=False, resume=True)

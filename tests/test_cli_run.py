@@ -157,6 +157,34 @@ def test_provenance_records_every_invocation_of_a_run(tmp_path, capsys):
     assert invocation(recipe, {"note": datetime.date(2020, 1, 1)}, [0], False)["overrides"] == {"note": "2020-01-01"}
 
 
+def test_a_run_an_overwrite_set_aside_and_was_killed_over_is_put_back_or_removed(tmp_path, capsys):
+    """--overwrite moves the old run into OUT/.replaced; a kill (no Python cleanup) leaves it there. The next
+    invocation puts it back when OUT holds no run outputs (the killed run wrote none), else removes it; a note says
+    which."""
+    import shutil
+
+    recipe = write_recipe(tmp_path)
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--json", "--no-progress")
+    assert rc == 0, err
+    finished = json.loads((out / "results.json").read_text())
+    names = sorted(p.name for p in out.iterdir())
+    (out / ".replaced").mkdir()
+    for name in names:                                     # as a killed --overwrite leaves OUT
+        (out / name).rename(out / ".replaced" / name)
+    (out / "provenance.json").write_text('{"invocations": []}')
+    rc, stdout, err = run_cli(capsys, "run", recipe, "--out", out, "--json", "--no-progress", "--resume")
+    assert rc == 0 and "note: put back into" in err, err
+    again = last_json(stdout)["runs"][0]
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert again["steps"] == finished["steps"] and again["valid_loss"] == finished["valid_loss"], "the same run"
+    # the killed run had written outputs of its own: the old run had been replaced
+    (out / ".replaced").mkdir()
+    shutil.copytree(out / "final", out / ".replaced" / "final")
+    rc, _, err = run_cli(capsys, "run", recipe, "--out", out, "--no-progress", "--resume")
+    assert rc == 0 and "note: removed" in err and not (out / ".replaced").exists(), err
+
+
 def test_run_refuses_an_out_holding_a_run_or_other_files_without_resume_or_overwrite(tmp_path, capsys):
     recipe = write_recipe(tmp_path, steps=2, train="{progress: false, save_every: 1, stop_after_steps: 1}")
     out = tmp_path / "out"
@@ -461,3 +489,21 @@ def test_evaluate_reports_and_warns_about_text_outside_the_vocabulary(tmp_path, 
     assert last_json(stdout)["oov_rate"] == pytest.approx(4 / 11)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: 36.4% of the 11 tokens of") and "7-type vocabulary" in lines[0]
+
+
+def test_a_resume_may_change_a_methods_loop_fields_but_not_what_it_trains(tmp_path):
+    """Planetoid keeps its loop settings at the top of its recipe (a run done in chunks with stop_after_steps and
+    --resume); the identity check of a resume lets them change, as it lets every method's train section change."""
+    from genfeat.errors import ConfigError
+    from genfeat.runner import _check_resume_identity, get_method
+
+    started = {"method": "planetoid", "recipe": {"steps": 10, "stop_after_steps": 4, "threads": 1, "tsne_png": "",
+                                                 "train": {"seed": 0}}}
+    (tmp_path / "provenance.json").write_text(json.dumps({"invocations": [{"seeds": [0], "run": started}]}))
+    now = {"method": "planetoid", "recipe": {**started["recipe"], "stop_after_steps": 0, "threads": 2,
+                                             "tsne_png": "t.png", "train": {"seed": 3}}}
+    _check_resume_identity(tmp_path, get_method("planetoid"), now, [0])
+    with pytest.raises(ConfigError, match="steps 10 then, 11 now"):
+        _check_resume_identity(tmp_path, get_method("planetoid"), {**now, "recipe": {**now["recipe"], "steps": 11}}, [0])
+    with pytest.raises(ConfigError, match="stop_after_steps 4 then, 0 now"):     # not a loop field of every method
+        _check_resume_identity(tmp_path, get_method("transformer_xl"), {**now, "method": "planetoid"}, [0])

@@ -380,11 +380,17 @@ def _classes_in_another_order(hf_task: Path, tmp_path: Path, accuracy: float, ca
         assert evaluate_task(unnamed, "sst2", max_examples=32)["accuracy"] == accuracy
         assert "does not name its classes (id2label LABEL_0, LABEL_1); they are read as task 'sst2''s labels in its " \
                "order (negative, positive)" in capsys.readouterr().err
-    # exported to genfeat's format, the task model that names no task (hf:<architecture>) is still checked by shape
+    # exported to genfeat's format, a task model that names no task, or one genfeat does not know, is still a head
+    # from elsewhere (hf:...), checked by shape
     from genfeat import cli
-    assert cli.main(["export", "--checkpoint", str(unnamed), "--out", str(tmp_path / "as_genfeat"), "--format",
-                     "genfeat"]) == 0
-    assert evaluate_task(tmp_path / "as_genfeat", "sst2", max_examples=32)["accuracy"] == accuracy
+    emotion = variant("emotion", {"0": "LABEL_0", "1": "LABEL_1"}, task="emotion", flip=False)
+    for hf_dir in (unnamed, emotion):
+        assert evaluate_task(hf_dir, "sst2", max_examples=32)["accuracy"] == accuracy
+        assert cli.main(["export", "--checkpoint", str(hf_dir), "--out", str(tmp_path / f"g_{hf_dir.name}"),
+                         "--format", "genfeat"]) == 0
+        assert evaluate_task(tmp_path / f"g_{hf_dir.name}", "sst2", max_examples=32)["accuracy"] == accuracy
+    assert load_checkpoint(tmp_path / "g_emotion")[0].config.task == "hf:emotion"
+    capsys.readouterr()
     # a config that counts other classes than the classifier's rows (transformers refuses it too) is not read as
     # transformers' unnamed defaults, which would score the flipped head in the wrong order
     extra = variant("three_names", {"0": "positive", "1": "negative", "2": "neutral"})

@@ -226,8 +226,9 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> None:
         except ConfigError:      # a character vocabulary without a newline
             ids = []
         if not ids:
-            raise ConfigError(f"the prompt {args.prompt!r} gives no token to start from, and this tokenizer has no "
-                              "token for a new line", "pass --prompt with some text")
+            ids = [0]
+            print(f"note: no prompt, and the tokenizer has no token for a new line: the sample starts from id 0 "
+                  f"({vocab.decode([0])!r})", file=sys.stderr)
     length = DEFAULT_LENGTH if args.length is None else args.length
     if gpt:
         positions = model.config.max_position
@@ -415,11 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in OUT exactly: one seed from OUT/last; several seed by seed, a finished "
                         "seed's figures read back from OUT/seed<k>/results.json, an interrupted seed continued from "
                         "OUT/seed<k>/last, a seed not started yet run, then the summary over all of them. Every seed "
-                        "OUT holds must be among those asked for (more may be added)")
+                        "OUT holds must be among those asked for (more may be added). Give the recipe and overrides "
+                        "the run was started with (OUT/provenance.json records them; its train section may differ) "
+                        "and, for one seed, its --seed")
     r.add_argument("--overwrite", action="store_true",
                    help="run into an OUT that holds a run (its results.json, final/, last/, metrics.jsonl, seed and "
-                        "pretrain folders are removed first) or other files; without it or --resume such an OUT "
-                        "is refused")
+                        "pretrain folders are replaced: moved aside, and put back if the new run is refused before "
+                        "it writes anything) or other files; without it or --resume such an OUT is refused")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
@@ -455,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", parents=[common], help="top-k sampling from a context with a Transformer-XL "
                                                           "(reusing memory) or GPT (reusing keys and values) checkpoint")
     g.add_argument("--checkpoint", required=True)
-    g.add_argument("--prompt", default="", help="text to continue (default: none, the sample starts after a new line)")
+    g.add_argument("--prompt", default="", help="text to continue (default: none: the sample starts after a new line, or from id 0 "
+                                                  "where the tokenizer has no newline token)")
     g.add_argument("--length", type=int, default=None, help=f"tokens to sample (default {DEFAULT_LENGTH}; for a GPT "
                    "at most the positions the prompt leaves)")
     g.add_argument("--top-k", type=int, default=40)

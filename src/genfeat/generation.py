@@ -26,7 +26,8 @@ def sample_top_k(logits: Tensor, top_k: int, temperature: float, generator: torc
     Shapes: logits (or log-probabilities) [b, V] -> [b, 1] ids.
     """
     top, idx = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
-    scaled = (top - top[:, :1]) / temperature   # <= 0: a tiny temperature gives -inf at worst, never inf - inf
+    gap = top - top[:, :1]                      # <= 0, the largest 0: dividing cannot overflow to inf
+    scaled = torch.where(gap == 0, 0.0, gap / temperature)       # 0 / 0 where the temperature underflows fp32
     scaled = scaled.masked_fill(top == float("-inf"), float("-inf"))   # excluded ids stay out at temperature inf
     return idx.gather(-1, torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator))
 

@@ -24,7 +24,10 @@ import os
 import pkgutil
 import re
 import shutil
+import signal
 import statistics
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,17 +48,22 @@ class MethodSpec:
     run: Runner
     pretraining: bool = False
     """The method writes OUT/final, a backbone a fine-tuning recipe can start from."""
+    resume_free: tuple[str, ...] = ()
+    """Recipe fields besides the ``train`` section (dotted names) a ``--resume`` may change: settings of the loop
+    and its outputs (threads, checkpointing, pictures), not of what is trained (:func:`_check_resume_identity`)."""
 
 
 _METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, config_cls: type, pretraining: bool = False) -> Callable[[Runner], Runner]:
+def register_method(name: str, config_cls: type, pretraining: bool = False,
+                    resume_free: tuple[str, ...] = ()) -> Callable[[Runner], Runner]:
     """Register ``fn(cfg, *, seed, out_dir, progress, resume) -> dict[str, float]`` as method ``name``
-    (``pretraining``: it writes OUT/final, a backbone a fine-tuning recipe can start from)."""
+    (``pretraining``: it writes OUT/final, a backbone a fine-tuning recipe can start from; ``resume_free``:
+    :attr:`MethodSpec.resume_free`)."""
 
     def decorator(fn: Runner) -> Runner:
-        _METHODS[name] = MethodSpec(name, config_cls, fn, pretraining)
+        _METHODS[name] = MethodSpec(name, config_cls, fn, pretraining, resume_free)
         return fn
 
     return decorator
@@ -279,8 +287,6 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
     found = _run_outputs(out)
     if overwrite:
         aside = out / REPLACED
-        if aside.exists():        # left by an invocation killed before it settled it: an older run still
-            shutil.rmtree(aside)
         if any(p.name != PROVENANCE for p in found):
             found += [out / name for name in RUN_EXTRAS if (out / name).exists()]
         if not found:
@@ -304,6 +310,21 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
                       "pass another --out, or --overwrite to write the run among those files")
 
 
+def _put_back(out: Path, aside: Path) -> None:
+    """Move what ``aside`` holds back into ``out`` (its provenance record over the one there), Ctrl-C held off for
+    the few renames, so that a run is never left half here, half there."""
+    main = threading.current_thread() is threading.main_thread()
+    held = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for p in aside.iterdir():
+            if p.name == PROVENANCE or not (out / p.name).exists():
+                p.replace(out / p.name)
+        shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, held)
+
+
 def _settle_replaced(out: Path, aside: Path | None, kept: set[str], failed: bool) -> None:
     """After an ``--overwrite`` run: the replaced run (in ``aside``) is put back when the new one failed before
     writing anything but its provenance record (OUT holds nothing beyond ``kept``, the names it held once the old
@@ -312,10 +333,26 @@ def _settle_replaced(out: Path, aside: Path | None, kept: set[str], failed: bool
         return
     wrote = any(p.name not in kept and p.name != PROVENANCE for p in out.iterdir())
     if failed and not wrote:
-        for p in aside.iterdir():
-            if not (out / p.name).exists():
-                p.rename(out / p.name)
-    shutil.rmtree(aside, ignore_errors=True)
+        _put_back(out, aside)
+    else:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _recover_replaced(out: Path) -> None:
+    """Settle an OUT/.replaced that an ``--overwrite`` invocation killed outright (SIGKILL, SIGTERM) left: the run it
+    set aside goes back when OUT holds no run outputs (the killed run wrote none), else it had been replaced and is
+    removed; a note on stderr says which."""
+    aside = out / REPLACED
+    if os.environ.get("RANK", "0") != "0" or not aside.is_dir():
+        return
+    if any(p.name != PROVENANCE for p in _run_outputs(out)):
+        shutil.rmtree(aside, ignore_errors=True)
+        print(f"note: removed '{aside}', the run an earlier --overwrite of '{out}' had replaced before it was killed",
+              file=sys.stderr)
+    else:
+        _put_back(out, aside)
+        print(f"note: put back into '{out}' the run an earlier --overwrite had set aside ('{aside}') and was killed "
+              "before it wrote anything", file=sys.stderr)
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -325,10 +362,11 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else key).items()}
 
 
-def _check_resume_identity(out: Path, run: dict[str, Any], seeds: list[int]) -> None:
+def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], seeds: list[int]) -> None:
     """``--resume`` continues the run in ``out`` as it was started: the same method and recipe (its ``train``
-    section aside, and a pretraining stage's: logging, evaluation, checkpointing, stop_after_steps and the device
-    may change) and, for one seed, the same seed, as the first invocation in OUT/provenance.json records them (``run``). A run whose record
+    section aside, and a pretraining stage's, and the method's :attr:`MethodSpec.resume_free` fields: logging,
+    evaluation, checkpointing, stop_after_steps, threads and the device may change; paths are compared as
+    written, so a run moved elsewhere is resumed with the paths it was started with) and, for one seed, the same seed, as the first invocation in OUT/provenance.json records them (``run``). A run whose record
     has none (written before genfeat kept it) is left to the methods' own checks.
 
     Raises:
@@ -347,7 +385,8 @@ def _check_resume_identity(out: Path, run: dict[str, Any], seeds: list[int]) -> 
                           f"{run['method']}", fix)
     then, now = (_flat(r["recipe"]) for r in (started, run))
     loop = ("train.", "pretrain.overrides.train.")      # a run's and its pretraining stage's train sections
-    changed = [k for k in dict.fromkeys([*then, *now]) if not k.startswith(loop) and then.get(k) != now.get(k)]
+    changed = [k for k in dict.fromkeys([*then, *now])
+               if not k.startswith(loop) and k not in method.resume_free and then.get(k) != now.get(k)]
     if changed:
         shown = "; ".join(f"{k} {then.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
         raise ConfigError(f"--resume: the run in '{out}' was started with another recipe ({shown}"
@@ -478,8 +517,10 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
         raise ConfigError("--resume continues the run in OUT, --overwrite replaces it", "pass one of them")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
     run = json.loads(json.dumps({"method": method.name, "recipe": to_dict(cfg)}, default=str))
+    if base.is_dir():
+        _recover_replaced(base)
     if resume:
-        _check_resume_identity(base, run, seeds)
+        _check_resume_identity(base, method, run, seeds)
     aside = _check_run_dir(base, resume, overwrite)
     kept = {p.name for p in base.iterdir()} if aside is not None else set()
     try:

@@ -37,8 +37,9 @@ as the HF models read their inputs: at most the model's positions (BERT, GPT-1) 
 segment, and a pair in one order (``both_orders`` false), as the HF models were trained. HF task models
 have no LM head, so the backbone's keeps its initialisation (BERT) or a zero bias (XLNet,
 whose decoder is the word embedding); a task never uses it. The task the model was trained for is HF's
-``finetuning_task`` when the config names one (else ``hf:<architecture>``, which ``genfeat evaluate --task``
-accepts for any task whose head fits). Not converted (no HF class has them): an answerability head
+``finetuning_task`` when that is a genfeat task (a genfeat export's), else ``hf:<finetuning_task>`` or
+``hf:<architecture>``: a head from elsewhere, which ``genfeat evaluate --task`` accepts for any task whose head
+fits, also after a genfeat export. Not converted (no HF class has them): an answerability head
 beside per-token end scores, start-conditioned end scores on BERT, GPT-1 heads other than multiple choice;
 nor XLNet sequence summaries other than "last" with a tanh projection.
 """
@@ -114,6 +115,13 @@ def _class_names(hf_cfg: dict, n_out: int, where: str) -> list[str]:
     return [str(name) for name in names]
 
 
+def _task_name(finetuning_task: Any, arch: str) -> str:
+    """The genfeat task a task model's head serves: its ``finetuning_task`` when a genfeat task (or already marked
+    ``hf:``), else ``hf:<its name>`` (``hf:<architecture>`` when it names none), a head from elsewhere."""
+    name = str(finetuning_task) if finetuning_task else ""
+    return name if name in TASKS or name.startswith("hf:") else f"hf:{name or arch}"
+
+
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
                 max_len: int, where: str | Path, **span: Any) -> FineTuneModel:
     """``where``: the directory (for errors). ``span``: HeadConfig's answerability, span_end and
@@ -125,7 +133,7 @@ def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str
                       dropout=dropout, **span)
     max_len = hf_cfg.get("genfeat_max_len", max_len)
     return FineTuneModel(FineTuneConfig(
-        task=hf_cfg.get("finetuning_task") or f"hf:{arch}", backbone=backbone_name,
+        task=_task_name(hf_cfg.get("finetuning_task"), arch), backbone=backbone_name,
         backbone_config=to_dict(backbone.config), head=head, max_len=max_len,
         doc_stride=hf_cfg.get("genfeat_doc_stride", max_len // 2),
         max_query_len=hf_cfg.get("genfeat_max_query_len", FineTuneConfig.max_query_len),

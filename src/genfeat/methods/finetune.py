@@ -474,8 +474,8 @@ def check_head(model: FineTuneModel, spec: TaskSpec, path: str | Path, native: b
     the same shape would score another task silently wrong (SST-2's 0/1 are not CoLA's), and so would one
     trained for a task registered in another program (a name not in TASKS here). Span and multiple-choice
     heads point into their input, so they serve any task of their kind. A Hugging Face task model (not
-    ``native``) names a task of its own or none (``finetuning_task``, else ``hf:<architecture>``): unless that
-    is a genfeat task, its head's kind and label count must fit."""
+    ``native``; its task ``hf:<finetuning_task>`` or ``hf:<architecture>`` unless its ``finetuning_task`` is a
+    genfeat task, also once exported to genfeat's format) is checked by its head's kind and label count."""
     head = model.config.head
     kind = _head_kind(spec)
     trained = model.config.task
@@ -833,7 +833,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "OUT/final" if arch in fine_tunable() else f"a {arch} model cannot be fine-tuned: its figures "
                               "are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
-    # a head genfeat trained; a Hugging Face task model stays one (task "hf:<architecture>") through a genfeat export
+    # a head genfeat trained; a Hugging Face task model stays one (task "hf:...") through a genfeat export
     native = "architecture" in read_config(checkpoint) and not model.config.task.startswith("hf:")
     check_head(model, spec, checkpoint, native=native)
     broken = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]

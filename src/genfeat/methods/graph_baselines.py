@@ -146,7 +146,7 @@ def _graphemb_features(g, cfg: GraphBaselineRecipe, seed: int) -> torch.Tensor:
     return model.vectors
 
 
-@register_method("graph_baseline", GraphBaselineRecipe)
+@register_method("graph_baseline", GraphBaselineRecipe, resume_free=("threads",))
 def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     from ..data.graph import load_planetoid

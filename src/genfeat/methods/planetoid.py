@@ -255,7 +255,8 @@ def _resume_points(out_dir: Path, has_init: bool) -> tuple[Path | None, Path | N
     return resume_dir(out_dir / "init" / "last"), None
 
 
-@register_method("planetoid", PlanetoidRecipe)
+@register_method("planetoid", PlanetoidRecipe,
+                 resume_free=("threads", "tsne_png", "save_every", "stop_after_steps"))
 def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     refuse_several_processes("Planetoid", "its graph-context objective calls the model's context scorers outside "

@@ -415,7 +415,7 @@ def _eval_file(setting: str, gensim_name: str) -> str | None:
     return str(path) if path is not None else None
 
 
-@register_method("word2vec", Word2VecRecipe)
+@register_method("word2vec", Word2VecRecipe, resume_free=("threads", "workers", "save_every"))
 def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     import time
