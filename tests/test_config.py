@@ -216,6 +216,9 @@ def test_summarise_mean_sample_std_and_median():
     assert s["acc_std"] == pytest.approx(0.1796988, rel=1e-5)
     assert s["acc_median"] == pytest.approx(0.625)
     assert summarise([{"f1": 0.1}, {"f1": 0.9}, {"f1": 0.2}])["f1_median"] == pytest.approx(0.2)
+    # a figure some seeds lack is not summarised over the others; the order is the first run's
+    both = summarise([{"loss": 1.0, "acc": 0.5, "extra": 3.0}, {"acc": 0.7, "loss": 3.0}])
+    assert list(both) == ["loss_mean", "loss_std", "loss_median", "acc_mean", "acc_std", "acc_median"]
 
 
 def config_classes() -> list[type]:

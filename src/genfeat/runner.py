@@ -193,10 +193,11 @@ def check_resume_method(method: MethodSpec, out_dir: str | Path) -> None:
 
 
 def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
-    """Mean, standard deviation (sample, ddof=1; 0 for one run) and median of every metric over runs."""
+    """Mean, standard deviation (sample, ddof=1; 0 for one run) and median of every figure all runs report (one
+    some seeds lack would be summarised over the others, silently), in the order of the first run's figures."""
     out: dict[str, Any] = {}
-    for key in dict.fromkeys(k for run in runs for k in run):     # every seed's figures, in the order they come
-        values = [float(r[key]) for r in runs if key in r]
+    for key in [k for k in runs[0] if all(k in run for run in runs)]:
+        values = [float(r[key]) for r in runs]
         out[f"{key}_mean"] = statistics.fmean(values)
         out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
         out[f"{key}_median"] = statistics.median(values)
