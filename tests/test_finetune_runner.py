@@ -75,6 +75,9 @@ def test_a_head_for_another_task_or_a_foreign_tokenizer_is_one_error_line(debug_
     assert code == 2 and "labels" in err and len(err.strip().splitlines()) == 1
     code, _, err = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--tgt-len", "5"], capsys)
     assert code == 2 and "--tgt-len" in err
+    code, _, err = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--max-tokens", "5",
+                          "--clamp-len", "3"], capsys)           # were ignored silently
+    assert code == 2 and "--clamp-len, --max-tokens belong(s) to language-model evaluation, not to --task" in err
     # the checkpoint with the vocabulary of a smaller tokenizer
     import shutil
 

@@ -1,11 +1,13 @@
 """The ``genfeat`` command line.
 
 Subcommands: ``run`` (train and evaluate what a recipe names), ``evaluate`` (LM figures of a
-checkpoint on a corpus), ``generate`` (top-k sampling from a Transformer-XL, reusing memory, or a GPT,
-reusing its keys and values), ``recl`` (relative effective context length of a model group), ``export``
-(genfeat checkpoint to Hugging Face format), ``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer
+checkpoint on a corpus; with ``--task``, a fine-tuned checkpoint's or a GDAN discriminator's task metrics),
+``generate`` (top-k sampling from a Transformer-XL, reusing memory, or a GPT, reusing its keys and values),
+``recl`` (relative effective context length of a model group), ``export`` (a checkpoint in Hugging Face format,
+or a Hugging Face directory in genfeat's), ``tokenizer train`` (a WordPiece, sentencepiece or BPE tokenizer
 for pretraining), ``zero-shot`` (GPT-1's zero-shot heuristic for a causal LM checkpoint),
-``generate-questions`` (GDAN's question generator on paragraphs, JSONL out).
+``generate-questions`` (GDAN's question generator on paragraphs, JSONL out), ``neighbours`` (nearest words
+in a word2vec checkpoint).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2, as do
 argument errors and, behind the commands' own checks of their output paths, an OSError on a path;
@@ -149,12 +151,18 @@ def cmd_evaluate_task(args: argparse.Namespace) -> None:
     """``evaluate --task``: a fine-tuned checkpoint's task metrics (genfeat.methods.finetune.evaluate_task)."""
     from .methods.finetune import evaluate_task
 
-    lm_only = [flag for flag, value in (("--data", args.data), ("--tgt-len", args.tgt_len), ("--mem-len", args.mem_len))
+    import torch
+
+    lm_only = [flag for flag, value in (("--data", args.data), ("--tgt-len", args.tgt_len), ("--mem-len", args.mem_len),
+                                        ("--clamp-len", args.clamp_len), ("--max-tokens", args.max_tokens or None))
                if value is not None]
     if lm_only:
         raise ConfigError(f"{', '.join(lm_only)} belong(s) to language-model evaluation, not to --task",
                           "drop them, or drop --task to score a language model")
-    _require(args, batch_size=(1, "pass --batch-size 1 or more"), max_examples=(0, "pass 0 (all) or more"))
+    _require(args, batch_size=(1, "pass --batch-size 1 or more"), max_examples=(0, "pass 0 (all) or more"),
+             threads=(0, "pass 0 (default) or more"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
     _check_out(args.predictions, flag="--predictions", directory=False)
     result = evaluate_task(args.checkpoint, args.task, args.split, args.predictions, batch_size=args.batch_size or 64,
                            device=args.device, max_examples=args.max_examples)
@@ -444,13 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "SQuAD: the official {id: answer} JSON; IMDB, RACE and others: uid<TAB>prediction, the "
                         "files' own labels)")
     e.add_argument("--max-examples", type=int, default=0,
-                   help="--task: score a seeded subset of N examples, as the runner's data.max_eval_examples (0: all)")
+                   help="--task: score a seeded subset of N examples, as the runner's data.max_eval_examples (a GDAN "
+                        "discriminator: the first N questions; 0: all)")
     e.add_argument("--clamp-len", type=int, default=None,
-                   help="relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
+                   help="LM: relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
     e.add_argument("--batch-size", type=int, default=None,
                    help="LM: contiguous streams (default 1: one stream); --task: examples per batch (default 64)")
-    e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0: all)")
-    e.add_argument("--threads", type=int, default=0)
+    e.add_argument("--max-tokens", type=int, default=0, help="LM: score only the first N tokens (0: all)")
+    e.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     e.add_argument("--device", **device_kw)
     e.add_argument("--json", action="store_true")
     e.set_defaults(fn=cmd_evaluate)
