@@ -505,5 +505,9 @@ def test_a_resume_may_change_a_methods_loop_fields_but_not_what_it_trains(tmp_pa
     _check_resume_identity(tmp_path, get_method("planetoid"), now, [0])
     with pytest.raises(ConfigError, match="steps 10 then, 11 now"):
         _check_resume_identity(tmp_path, get_method("planetoid"), {**now, "recipe": {**now["recipe"], "steps": 11}}, [0])
+    # in the train section only the loop's own fields: not what the steps compute
+    with pytest.raises(ConfigError, match="train.clip_norm None then, 1.0 now"):
+        _check_resume_identity(tmp_path, get_method("planetoid"),
+                               {**now, "recipe": {**now["recipe"], "train": {"seed": 3, "clip_norm": 1.0}}}, [0])
     with pytest.raises(ConfigError, match="stop_after_steps 4 then, 0 now"):     # not a loop field of every method
         _check_resume_identity(tmp_path, get_method("transformer_xl"), {**now, "method": "planetoid"}, [0])

@@ -112,6 +112,8 @@ def test_an_optional_section_is_checked_as_a_section():
 def test_overrides_parse_yaml_scalars_and_nest():
     ov = parse_overrides(["--inner.lr", "3e-4", "--steps=7", "--inner.cutoffs", "[1, 2]", "--name", "null"])
     assert ov == {"inner.lr": 3e-4, "steps": 7, "inner.cutoffs": [1, 2], "name": None}
+    # an empty value is the empty string (a field's "none"), not YAML's null
+    assert parse_overrides(["--name", "", "--other=", "--third", "~"]) == {"name": "", "other": "", "third": None}
     data = apply_overrides({"inner": {"lr": 1.0}}, ov)
     cfg = from_dict(Outer, data)
     assert cfg.inner.lr == 3e-4 and cfg.inner.cutoffs == [1, 2] and cfg.steps == 7

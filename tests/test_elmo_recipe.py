@@ -89,6 +89,9 @@ def test_bad_input_is_one_clear_error(tmp_path):
                    progress=False)
     with pytest.raises(ConfigError, match="drop model.n_token"):
         run_recipe(path, overrides={"model.n_token": 5}, out_dir=tmp_path / "r", progress=False)
+    for key in ("task_mix", "finetune_bilm"):     # task_mix had kept the biLM in eval mode: no dropout
+        with pytest.raises(ConfigError, match=f"model.{key} is set in an ELMo pretraining recipe"):
+            run_recipe(path, overrides={f"model.{key}": True}, out_dir=tmp_path / "r", progress=False)
     with pytest.raises(ConfigError, match="widest filter"):
         run_recipe(path, overrides={"model.max_chars": 3, "model.filters": [[4, 2]]}, out_dir=tmp_path / "r",
                    progress=False)

@@ -191,7 +191,10 @@ def debug_run(tmp_path_factory):
         pytest.skip("needs GENFEAT_DATA with squad/")
     os.environ["GENFEAT_DATA"] = str(DATA)
     tmp_path = tmp_path_factory.mktemp("gdan_debug")
-    return tmp_path, run_recipe(ROOT / "recipes/gdan/debug.yaml", out_dir=tmp_path / "run", progress=False)
+    # the SQuAD file named relative to the working directory, as a user may (evaluate then runs from elsewhere)
+    squad = os.path.relpath(DATA / "squad" / "dev-v1.1.json")
+    return tmp_path, run_recipe(ROOT / "recipes/gdan/debug.yaml", {"data.squad_file": squad}, out_dir=tmp_path / "run",
+                                progress=False)
 
 
 def test_debug_recipe_runs_on_real_data(debug_run):
@@ -232,10 +235,12 @@ def evaluate_cli(checkpoint, split, capsys, *extra):
     return code, (json.loads(captured.out.strip().splitlines()[-1]) if code == 0 else captured.err)
 
 
-def test_evaluate_scores_final_d_as_the_run_did(debug_run, tmp_path, capsys):
+def test_evaluate_scores_final_d_as_the_run_did(debug_run, tmp_path, capsys, monkeypatch):
     """``genfeat evaluate --checkpoint OUT/final/d --task squad_split`` gives the run's dev and test F1/EM (GA reader,
-    tagged setting: questions read with d_true), and refuses another split."""
+    tagged setting: questions read with d_true), from another directory than the run's (its relative data.squad_file
+    is saved resolved), and refuses another split."""
     out_dir, out = debug_run
+    monkeypatch.chdir(tmp_path)
     run = out["runs"][0]
     final_d = out_dir / "run" / "final" / "d"
     for split in ("dev", "test"):

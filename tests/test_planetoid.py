@@ -297,3 +297,16 @@ def test_all_pairs_batches_and_context_lr(monkeypatch):
     # the released lr applies to the loss summed over a batch's pairs
     assert graph_init.optimizers["ctx"].config.lr == pytest.approx(0.01 * 200 * 54)
     assert label_init.optimizers["ctx"].config.lr == pytest.approx(0.01 * 100)
+
+
+@needs_cora
+def test_tsne_png_of_several_seeds_names_each_seeds_file(tmp_path):
+    """``tsne_png`` with ``{seed}``: one picture per seed (one file was written over by every seed)."""
+    from genfeat.runner import run_recipe
+
+    overrides = {"init_label_steps": 2, "init_graph_steps": 2, "steps": 3, "context_batch": 20,
+                 "label_context_batch": 20, "tsne_png": str(tmp_path / "tsne_{seed}.png")}
+    run_recipe("recipes/planetoid/cora_t.yaml", overrides, [0, 1], out_dir=tmp_path / "out", progress=False)
+    pictures = sorted(p.name for p in tmp_path.glob("tsne_*.png"))
+    assert pictures == ["tsne_0.png", "tsne_1.png"]
+    assert (tmp_path / "tsne_0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -475,8 +475,10 @@ def test_divergence_is_a_clear_error():
     ids, sent = encode_sentences(sentences, words)
     cfg = Word2VecRecipe(dim=8, min_count=1, sample=0.0, epochs=3, batch_size=512, lr=1e20, min_lr=1e20, row_cap=0.0,
                          threads=1)
-    with pytest.raises(ConfigError, match="diverged"):
+    with pytest.raises(ConfigError, match="diverged") as e:
         fit_word2vec(ids, sent, counts, cfg, seed=0)
+    assert e.value.fix.startswith("lower lr or batch_size, or set row_cap"), "the fix names word2vec's own fields"
+    assert "optim" not in e.value.fix and "train." not in e.value.fix
 
 
 def test_vocabulary_and_encoding():

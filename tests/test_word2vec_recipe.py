@@ -69,6 +69,18 @@ def test_neighbours_command(debug_run, capsys):
                    "'zyzzyva' is not in the")
 
 
+def test_neighbours_refuses_a_vocabulary_that_is_not_the_vectors(debug_run, capsys, tmp_path):
+    import shutil
+
+    out, _ = debug_run
+    shutil.copytree(out / "final", tmp_path / "final")
+    vocab = json.loads((tmp_path / "final" / "vocab.json").read_text())
+    vocab["symbols"] = vocab["symbols"][:-2]                 # two words fewer: each word would read a wrong vector
+    (tmp_path / "final" / "vocab.json").write_text(json.dumps(vocab))
+    one_error_line(genfeat(capsys, "neighbours", "--checkpoint", str(tmp_path / "final"), "--word", "the"),
+                   f"has a vocabulary of {len(vocab['symbols'])} words but {len(vocab['symbols']) + 2} vectors")
+
+
 def test_gensim_reads_our_checkpoint_vectors(debug_run):
     gensim = pytest.importorskip("gensim")
     from genfeat.hub import load_checkpoint

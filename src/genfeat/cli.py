@@ -362,6 +362,10 @@ def cmd_neighbours(args: argparse.Namespace, extra: list[str]) -> None:
     _no_extra(extra)
     _require(args, top=(1, "pass --top 1 or more"))
     model, vocab = load_checkpoint(args.checkpoint, "word2vec", require_vocab=True)
+    if len(vocab) != model.vectors.shape[0]:   # a word would be given another word's vector
+        raise CheckpointError(f"checkpoint '{args.checkpoint}' has a vocabulary of {len(vocab)} words but "
+                              f"{model.vectors.shape[0]} vectors", "the vocab.json belongs to another run; restore the "
+                              "one saved with these vectors")
     found = nearest_neighbours(model.vectors, vocab.symbols, args.word, args.top)
     result = {"word": args.word, "neighbours": [{"word": w, "cosine": c} for w, c in found]}
     _emit(result, args.json, "\n".join(f"{w}\t{c:.4f}" for w, c in found))
@@ -425,8 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "seed's figures read back from OUT/seed<k>/results.json, an interrupted seed continued from "
                         "OUT/seed<k>/last, a seed not started yet run, then the summary over all of them. Every seed "
                         "OUT holds must be among those asked for (more may be added). Give the recipe and overrides "
-                        "the run was started with (OUT/provenance.json records them; its train section may differ) "
-                        "and, for one seed, its --seed")
+                        "the run was started with (OUT/provenance.json records them; train.log_every, save_every, "
+                        "stop_after_steps, threads, device and the like may differ) and, for one seed, its --seed")
     r.add_argument("--overwrite", action="store_true",
                    help="run into an OUT that holds a run (its results.json, final/, last/, metrics.jsonl, seed and "
                         "pretrain folders are replaced: moved aside, and put back if the new run is refused before "
@@ -593,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         # outputs are written atomically, so what the interrupted command left is complete
         hint = (" (outputs written so far are complete; where the run saved a checkpoint, every train.save_every "
-                "steps, the same command with --resume continues from it)") if args.command == "run" else ""
+                "steps (save_every in word2vec and Planetoid recipes), the same command with --resume continues "
+                "from it)") if args.command == "run" else ""
         print(f"interrupted{hint}", file=sys.stderr)
         return 130
     finally:

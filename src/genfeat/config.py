@@ -352,7 +352,10 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
 
 
 def _scalar(raw: str) -> Any:
-    """A command-line value read as YAML, with ``3e-4`` (a string to YAML 1.1) read as a float."""
+    """A command-line value read as YAML, with ``3e-4`` (a string to YAML 1.1) read as a float and an empty value
+    as the empty string (YAML reads it as null; ``null`` or ``~`` say that)."""
+    if raw == "":
+        return ""
     try:
         value = yaml.load(raw, Loader=UniqueKeyLoader)
     except _DuplicateKey as e:

@@ -271,6 +271,12 @@ def _describe_run(out: Path, found: list[Path]) -> str:
     return f"a {'finished' if finished else 'partial'} {model + ' ' if model else ''}run ({shown})"
 
 
+TRAIN_LOOP_FIELDS = ("seed", "device", "log_every", "save_every", "stop_after_steps", "progress", "tensorboard",
+                     "threads", "keep_freed_memory", "ddp_find_unused_parameters")
+"""The fields of a recipe's train section (genfeat.framework.trainer.TrainConfig) a ``--resume`` may change: how the
+loop runs, logs and checkpoints, not what it computes (``seed``: the run's seed is checked on its own)."""
+
+
 REPLACED = ".replaced"
 """The folder of OUT where ``--overwrite`` moves the run it replaces, until the new run has written something (then
 it is removed) or was refused before that (then the old run is put back)."""
@@ -364,11 +370,13 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], seeds: list[int]) -> None:
-    """``--resume`` continues the run in ``out`` as it was started: the same method and recipe (its ``train``
-    section aside, and a pretraining stage's, and the method's :attr:`MethodSpec.resume_free` fields: logging,
-    evaluation, checkpointing, stop_after_steps, threads and the device may change; paths are compared as
-    written, so a run moved elsewhere is resumed with the paths it was started with) and, for one seed, the same seed, as the first invocation in OUT/provenance.json records them (``run``). A run whose record
-    has none (written before genfeat kept it) is left to the methods' own checks.
+    """``--resume`` continues the run in ``out`` as it was started: the same method and recipe (but the
+    :data:`TRAIN_LOOP_FIELDS` of its train section and of a pretraining stage's, and the method's
+    :attr:`MethodSpec.resume_free` fields: logging, checkpointing, stop_after_steps, threads and the device may
+    change; evaluation, precision, clipping and early stopping may not; paths are compared as written, so a run
+    moved elsewhere is resumed with the paths it was started with) and, for one seed, the same seed, as the first
+    invocation in OUT/provenance.json records them (``run``). A run whose record has none (written before genfeat
+    kept it) is left to the methods' own checks.
 
     Raises:
         ConfigError: naming the fields (at most four) or the seed that differ.
@@ -385,9 +393,9 @@ def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], s
         raise ConfigError(f"--resume: the run in '{out}' is a {started.get('method')} run, this recipe is of method "
                           f"{run['method']}", fix)
     then, now = (_flat(r["recipe"]) for r in (started, run))
-    loop = ("train.", "pretrain.overrides.train.")      # a run's and its pretraining stage's train sections
-    changed = [k for k in dict.fromkeys([*then, *now])
-               if not k.startswith(loop) and k not in method.resume_free and then.get(k) != now.get(k)]
+    free = {*method.resume_free, *(f"{section}{name}" for section in ("train.", "pretrain.overrides.train.")
+                                    for name in TRAIN_LOOP_FIELDS)}
+    changed = [k for k in dict.fromkeys([*then, *now]) if k not in free and then.get(k) != now.get(k)]
     if changed:
         shown = "; ".join(f"{k} {then.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
         raise ConfigError(f"--resume: the run in '{out}' was started with another recipe ({shown}"

@@ -167,13 +167,16 @@ class Trainer:
         after_step: called with the global step count after every optimizer step, before that step's
             logging, evaluation and checkpoint; an exception it raises ends training there and propagates
             (nothing more is logged or saved). word2vec's Hogwild parent checks its worker processes with it.
+        diverged_fix: the fix a :class:`DivergenceError` names, in the fields of the method's recipe (default: the
+            optim and train sections').
     """
 
     def __init__(self, model: nn.Module, phases: list[Phase], cfg: TrainConfig,
                  evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
                  out_dir: str | Path | None = None, checkpoint_config: dict[str, Any] | None = None,
                  save_extra: Callable[[Path], None] | None = None, resume_from: str | Path | None = None,
-                 after_step: Callable[[int], None] | None = None):
+                 after_step: Callable[[int], None] | None = None, diverged_fix: str = _DIVERGED_FIX):
+        self.diverged_fix = diverged_fix
         if (cfg.save_every or cfg.stop_after_steps) and out_dir is None:
             raise ConfigError("train.save_every / stop_after_steps need an output directory for checkpoints",
                               "pass --out DIR")
@@ -406,7 +409,7 @@ class Trainer:
         if bad or sums[-1]:
             what = f"the {bad[0]} loss" if bad else "the model's weights"
             raise DivergenceError(f"training diverged: {what} became NaN or infinite by step {step}, so that "
-                                  "checkpoint was not written", _DIVERGED_FIX)
+                                  "checkpoint was not written", self.diverged_fix)
 
     def _check_finite(self, record: dict[str, Any], keys: list[str], step: int) -> None:
         """Stop a run whose loss became NaN or infinite (the sums are reduced over ranks, so every rank stops):
@@ -420,7 +423,7 @@ class Trainer:
         if bad:
             self._log(record)
             raise DivergenceError(f"training diverged: the {bad[0]} loss is {record[bad[0]]} over the {self.cfg.log_every} "
-                                  f"steps logged at step {step}", _DIVERGED_FIX)
+                                  f"steps logged at step {step}", self.diverged_fix)
 
     @staticmethod
     def _record(window: dict[str, list[float]], term: Term, out: LossOutput) -> None:

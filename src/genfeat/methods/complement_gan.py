@@ -391,7 +391,9 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
     tcfg = replace(cfg.train, seed=seed, progress=cfg.train.progress and progress)
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     ckpt = checkpoint_config(model, **recipe_record(cfg))
-    trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from)
+    trainer = Trainer(model, phases, tcfg, evaluate, out_dir, checkpoint_config=ckpt, resume_from=resume_from,
+                      diverged_fix="lower d_optim.lr or g_optim.lr, or set train.clip_norm, then run again with "
+                                   "--overwrite")
     t0 = time.time()
     result = trainer.fit()
     seconds = time.time() - t0

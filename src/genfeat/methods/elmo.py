@@ -87,6 +87,11 @@ class ElmoRecipe(Config):
             if key in self.model:
                 raise ConfigError(f"model.{key} is set in the recipe",
                                   f"drop model.{key}: it comes from the vocabulary")
+        for key in ("task_mix", "finetune_bilm"):   # fine-tuning settings: task_mix keeps the biLM in eval mode
+            if key in self.model:
+                raise ConfigError(f"model.{key} is set in an ELMo pretraining recipe, where it does not apply (with "
+                                  "task_mix the biLM would train without dropout)",
+                                  f"drop model.{key}: the fine-tuning recipe (method: finetune, backbone elmo) sets it")
         check_model_fields("elmo", self.model)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")

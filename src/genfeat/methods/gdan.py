@@ -109,6 +109,9 @@ EVAL_TASK = "squad_split"
 """The task ``genfeat evaluate`` scores a saved D on: its dev and test parts are the run's (the same seeded
 article split, :mod:`genfeat.data.gdan`)."""
 
+_DIVERGED_FIX = ("lower d_optim.lr, g_optim.lr or g_rl_optim.lr, or set train.clip_norm, then run again with "
+                 "--overwrite")
+
 
 @dataclass
 class GDANRecipe(Config):
@@ -448,6 +451,8 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     if cfg.setting in GENERATOR_SETTINGS:
         refuse_several_processes(f"GDAN's {cfg.setting} setting", "its objectives reach D and G inside the model "
                                  "container, past the forward that DistributedDataParallel wraps")
+    if cfg.data.squad_file:   # absolute in the saved recipe, which `genfeat evaluate` reads from any directory
+        cfg = replace(cfg, data=replace(cfg.data, squad_file=str(Path(cfg.data.squad_file).resolve())))
     data = load_gdan_data(cfg.data, seed)
     vocab = build_vocab(data, cfg.min_freq)
     model, pretrain, phase, n_unl, collate, d_vocab = build(cfg, data, vocab, seed, resume)
@@ -476,9 +481,9 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         # G's MLE pretraining has no dev figure of D to select on, so it runs in a trainer of its own
         g_cfg = replace(tcfg, eval_every=0, early_stop_metric=None, keep_best=False, patience=0, stop_after_steps=0)
         Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle", checkpoint_config=ckpt,
-                save_extra=save_vocab, resume_from=g_from).fit()
+                save_extra=save_vocab, resume_from=g_from, diverged_fix=_DIVERGED_FIX).fit()
     trainer = Trainer(model, [phase], tcfg, evaluate, out, checkpoint_config=ckpt, save_extra=save_vocab,
-                      resume_from=resume_from)
+                      resume_from=resume_from, diverged_fix=_DIVERGED_FIX)
     result = trainer.fit()
     seconds = time.time() - t0
     if result.interrupted:

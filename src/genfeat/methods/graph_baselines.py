@@ -155,7 +155,7 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
                              "which one process holds (DistributedDataParallel cannot broadcast its sparse adjacency)")
     if resume:
         raise ConfigError(f"the graph baseline '{cfg.baseline}' keeps no checkpoint (a run takes seconds), so there "
-                          "is nothing to --resume", "run it again without --resume")
+                          "is nothing to --resume", "run it again with --overwrite instead of --resume")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(seed)

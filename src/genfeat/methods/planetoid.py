@@ -31,6 +31,9 @@ from ..hub import checkpoint_config
 from ..io import backup_path, write_json_atomic
 from ..runner import recipe_record, register_method
 
+DIVERGED_FIX = "lower label_optim.lr or context_optim.lr, then run again with --overwrite"
+"""The fix of a Planetoid run whose loss became NaN (the trainer's, in this recipe's fields)."""
+
 
 @dataclass
 class PlanetoidRecipe(Config):
@@ -113,7 +116,8 @@ class PlanetoidRecipe(Config):
     threads: int = 1
     """torch intra-op threads."""
     tsne_png: str = ""
-    """When set, write a t-SNE plot of the learned embeddings e_i of the test nodes (Fig. 3.11) to this PNG."""
+    """When set, write a t-SNE plot of the learned embeddings e_i of the test nodes (Fig. 3.11) to this PNG ("{seed}"
+    in it is replaced by the seed, so that several seeds do not overwrite one file)."""
     save_every: int = 0
     """Write the ``last`` checkpoint of the running phase every this many steps (0: at the end of each
     phase only); needs an output directory."""
@@ -287,7 +291,7 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
         icfg = TrainConfig(seed=seed, device="cpu", progress=progress, threads=cfg.threads,
                            log_every=max(p.steps for p in init), save_every=cfg.save_every, stop_after_steps=budget)
         result = Trainer(model, init, icfg, None, out / "init" if out is not None else None,
-                         checkpoint_config=ckpt_cfg, resume_from=init_from).fit()
+                         checkpoint_config=ckpt_cfg, resume_from=init_from, diverged_fix=DIVERGED_FIX).fit()
         init_steps = result.steps
         if budget:
             budget -= result.steps - before
@@ -299,11 +303,13 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
                        early_stop_mode="max", patience=cfg.patience, keep_best=True, progress=progress, threads=cfg.threads,
                        log_every=max(cfg.steps, 1), save_every=cfg.save_every, stop_after_steps=budget)
     evaluate = lambda m: {"val_accuracy": _accuracy(m, val, labels[val])}  # noqa: E731
-    result = Trainer(model, [train], tcfg, evaluate, out, checkpoint_config=ckpt_cfg, resume_from=train_from).fit()
+    result = Trainer(model, [train], tcfg, evaluate, out, checkpoint_config=ckpt_cfg, resume_from=train_from,
+                     diverged_fix=DIVERGED_FIX).fit()
     if result.interrupted:
         return {"steps": init_steps + result.steps, "interrupted": 1.0}
     if cfg.tsne_png:
-        plot_tsne(model, test, labels[test], cfg.tsne_png, f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
+        plot_tsne(model, test, labels[test], cfg.tsne_png.replace("{seed}", str(seed)),
+                  f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
     figures = {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}
     if out is not None:
         write_json_atomic(out / "results.json", figures, sort_keys=False)

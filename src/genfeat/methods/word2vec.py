@@ -35,6 +35,9 @@ from ..framework.trainer import TrainConfig, Trainer, TrainResult
 from ..io import write_json_atomic
 from ..runner import recipe_record, register_method
 
+DIVERGED_FIX = "lower lr or batch_size, or set row_cap (e.g. 128), then run again with --overwrite"
+"""The fix of a word2vec run whose loss or vectors became NaN (the trainer's, in this recipe's fields)."""
+
 
 @dataclass
 class Word2VecRecipe(Config):
@@ -242,7 +245,7 @@ def _train_share(model, sampler, steps: int, cfg: Word2VecRecipe, tcfg: TrainCon
     objective = Word2VecObjective("sgns" if cfg.loss == "negative" else "hs")
     phase = Phase("train", steps, [Stage([Term(objective, sampler)])], {"main": OptimSpec(optim)})
     return Trainer(model, [phase], tcfg, None, out_dir, checkpoint_config=checkpoint_config, save_extra=save_extra,
-                   resume_from=resume_from, after_step=after_step).fit()
+                   resume_from=resume_from, after_step=after_step, diverged_fix=DIVERGED_FIX).fit()
 
 
 def _share_with_forks(model: torch.nn.Module) -> None:
@@ -357,7 +360,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
 
     if cfg.workers > 1 and resume_from is not None:
         raise ConfigError(f"a word2vec run with workers {cfg.workers} cannot be resumed (its Hogwild workers keep "
-                          "no joint state)", "start the run again without --resume, or train with workers 1")
+                          "no joint state)", "start the run again with --overwrite instead of --resume")
     torch.set_num_threads(cfg.threads)  # before the fork: the workers inherit no intra-op thread pool
     torch.manual_seed(seed)
     model = Word2Vec(model_config(len(counts), cfg))
@@ -401,8 +404,7 @@ def fit_word2vec(ids: np.ndarray, sentence: np.ndarray, counts: np.ndarray, cfg:
         result = dataclasses.replace(result, steps=sum(share_steps), seconds=time.time() - t0)
     if not torch.isfinite(model.input.weight).all():
         raise ConfigError(f"word2vec training diverged (non-finite vectors after {result.steps} steps of "
-                          f"{cfg.batch_size} center words at lr {cfg.lr}, row_cap {cfg.row_cap})",
-                          "lower lr or batch_size, or set row_cap (e.g. 128)")
+                          f"{cfg.batch_size} center words at lr {cfg.lr}, row_cap {cfg.row_cap})", DIVERGED_FIX)
     return model.eval(), result, sum(share_steps)
 
 
@@ -415,7 +417,7 @@ def _eval_file(setting: str, gensim_name: str) -> str | None:
     return str(path) if path is not None else None
 
 
-@register_method("word2vec", Word2VecRecipe, resume_free=("threads", "workers", "save_every"))
+@register_method("word2vec", Word2VecRecipe, resume_free=("threads", "save_every"))
 def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     import time
