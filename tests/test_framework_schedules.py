@@ -210,3 +210,27 @@ def test_tensor_stream_resume_and_shard():
     for _ in range(6):
         whole = next(full)["x"]
         assert torch.equal(torch.cat([next(h)["x"] for h in halves]), whole)
+
+
+def test_the_seeds_of_a_run_draw_unrelated_data_orders():
+    """Epoch orders drawn from seed + epoch made seed s + 1's first epoch seed s's second (and the GAN's role streams
+    seed + 1, seed + 2 another seed's): derived_seed mixes them, so every (seed, epoch) order is its own."""
+    from genfeat.data.lm import LMShuffledStream
+    from genfeat.framework.stream import derived_seed
+    from genfeat.methods.finetune import ItemStream
+
+    def epochs(make, n_epochs=3):
+        return [make(seed)._permutation(e).tolist() for seed in range(3) for e in range(n_epochs)]
+
+    for make in (lambda seed: TensorStream(make_data(n=40), batch_size=4, seed=seed),
+                 lambda seed: LMShuffledStream(torch.arange(4000), 4, 10, seed=seed)):
+        orders = epochs(make)
+        assert len({tuple(o) for o in orders}) == len(orders), "two (seed, epoch) pairs share an order"
+    items = ItemStream.__new__(ItemStream)
+    items.groups, items.batch_size = {0: list(range(40))}, 4
+    plans = []
+    for seed in range(3):
+        items.seed = seed
+        plans += [tuple(map(tuple, items._plan(e))) for e in range(3)]
+    assert len(set(plans)) == len(plans)
+    assert len({derived_seed(s, r) for s in range(50) for r in range(3)}) == 150

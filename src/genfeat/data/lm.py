@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..framework.stream import derived_seed
 
 
 @dataclass
@@ -108,7 +109,7 @@ class LMShuffledStream(LMOrderedStream):
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> Tensor:
-        return torch.randperm(self.n_batches, generator=torch.Generator().manual_seed(self.seed + epoch))
+        return torch.randperm(self.n_batches, generator=torch.Generator().manual_seed(derived_seed(self.seed, epoch)))
 
     def __next__(self) -> LMBatch:
         if self.index >= self.n_batches:

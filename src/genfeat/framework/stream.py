@@ -7,6 +7,21 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 from ..errors import ConfigError
 
 
+def derived_seed(*parts: int) -> int:
+    """A seed for the random draws that ``parts`` name (a run's seed and an epoch, or a role), mixed by numpy's
+    SeedSequence: draws of other parts are unrelated. Adding them instead (seed + epoch) makes seed s + 1's first
+    epoch seed s's second, so a run's seeds would share their data orders shifted by an epoch.
+
+    Args:
+        parts: integers >= 0.
+    Returns:
+        An integer in [0, 2**63), for ``torch.Generator.manual_seed`` or ``random.Random``.
+    """
+    import numpy as np
+
+    return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
 @runtime_checkable
 class Stream(Protocol):
     """An endless source of batches whose position can be saved and restored exactly.
@@ -31,7 +46,7 @@ class Stream(Protocol):
 class TensorStream:
     """Endless minibatches over aligned tensors (examples on dim 0), reshuffled each epoch.
 
-    The order of epoch ``e`` is a permutation drawn from ``seed + e``, so the position
+    The order of epoch ``e`` is a permutation drawn from ``derived_seed(seed, e)``, so the position
     ``(epoch, index)`` alone restores the stream exactly. Under DDP every global batch of
     ``batch_size`` examples is split into contiguous per-rank slices.
 
@@ -79,7 +94,7 @@ class TensorStream:
         torch = self._torch
         if not self.shuffle:
             return torch.arange(self.n)
-        g = torch.Generator().manual_seed(self.seed + epoch)
+        g = torch.Generator().manual_seed(derived_seed(self.seed, epoch))
         return torch.randperm(self.n, generator=g)
 
     def _batches_per_epoch(self) -> int:

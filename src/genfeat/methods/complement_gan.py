@@ -36,7 +36,7 @@ from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import resume_dir, save_checkpoint
 from ..framework.distributed import refuse_several_processes
 from ..framework.schedule import OptimSpec, Term, alternating
-from ..framework.stream import TensorStream
+from ..framework.stream import TensorStream, derived_seed
 from ..framework.trainer import resolve_device
 from ..hub import checkpoint_config, from_pretrained
 from ..io import atomic_path, write_json_atomic
@@ -344,11 +344,12 @@ def build(cfg: ComplementGANRecipe, seed: int, data: ImageSplits, density: Pixel
     if cfg.supervised_only:
         d_term = Term(DiscriminatorObjective(0.0, 0.0, 0.0), labelled)
         return model, alternating([(d_term, 1, d_spec)], cfg.steps)
-    d_stream = PairedStream(labelled, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=seed + 1))
+    d_stream = PairedStream(labelled, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch,
+                                                        seed=derived_seed(seed, 1)))
     d_term = Term(DiscriminatorObjective(cfg.unlabelled_weight, cfg.generated_weight, cfg.entropy_weight), d_stream)
     g_obj = GeneratorObjective(cfg.feature_matching, cfg.pt_weight, cfg.vi_weight, cfg.ld_weight, density, epsilon,
                                cfg.ld_batch, cfg.ld_every, cfg.ld_start)
-    g_term = Term(g_obj, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=seed + 2))
+    g_term = Term(g_obj, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=derived_seed(seed, 2)))
     g_spec = OptimSpec(cfg.g_optim, ComplementGAN.generator_parameters)
     return model, alternating([(d_term, 1, d_spec), (g_term, 1, g_spec)], cfg.steps)
 

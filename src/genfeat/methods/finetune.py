@@ -109,6 +109,7 @@ from ..errors import CheckpointError, ConfigError
 from ..eval.metrics import CORRELATION_METRICS
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import has_checkpoint, resume_dir
+from ..framework.stream import derived_seed
 from ..framework.trainer import to_device
 from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
                    checkpoint_config, load_checkpoint, model_config, save_pretrained, vocab_fingerprint)
@@ -337,7 +338,7 @@ def collate_items(items: Sequence[Item], fmt: InputFormat) -> dict[str, torch.Te
 
 class ItemStream:
     """Endless, resumable, shuffled batches of items, each batch from items with the same number of
-    earlier segments (so their memory needs no padding). Epoch e's order is drawn from seed + e, so
+    earlier segments (so their memory needs no padding). Epoch e's order is drawn from derived_seed(seed, e), so
     (epoch, index) restores the stream exactly; the last batch of each group may be short.
 
     Under DDP every batch is split into contiguous per-rank parts (batches smaller than the number of
@@ -352,7 +353,7 @@ class ItemStream:
         self._batches = self._plan(0)
 
     def _plan(self, epoch: int) -> list[list[int]]:
-        rng = random.Random(self.seed + epoch)
+        rng = random.Random(derived_seed(self.seed, epoch))
         batches = []
         for key in sorted(self.groups):
             order = list(self.groups[key])
