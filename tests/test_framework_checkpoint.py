@@ -367,3 +367,22 @@ def test_rnn_weights_that_are_views_of_one_buffer_save_and_load(tmp_path):
     for (name, want), got in zip(model.state_dict().items(), fresh.state_dict().values()):
         assert torch.equal(got, want), name
     assert fresh[1].weight_hh_l0_reverse.untyped_storage().nbytes() == 4 * flat.numel()   # still views of it
+
+
+def test_a_budget_that_ends_with_a_phase_stops_there_and_resumes_exactly(tmp_path):
+    """stop_after_steps equal to the first phase's steps: the invocation ends with that phase (it had run one step of
+    the next), and the resumed run ends where an uninterrupted one does."""
+    model, phases, cfg = build()
+    Trainer(model, phases, cfg, out_dir=tmp_path / "full").fit()
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    model, phases, cfg = build()
+    cfg.stop_after_steps = 5
+    part = Trainer(model, phases, cfg, out_dir=tmp_path / "run").fit()
+    assert part.interrupted and part.steps == 5
+    state = ckpt.load_trainer_state(tmp_path / "run" / "last")
+    assert (state["phase_idx"], state["phase_step"], state["global_step"]) == (1, 0, 5)
+    model, phases, cfg = build()
+    assert Trainer(model, phases, cfg, out_dir=tmp_path / "run", resume_from=tmp_path / "run" / "last").fit().steps \
+        == 5 + STEPS
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k

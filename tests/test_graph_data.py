@@ -72,6 +72,21 @@ def test_pubmed_needs_allx():
     assert (g.num_nodes, g.num_classes, len(g.test_idx)) == (19717, 3, 1000)
 
 
+def test_a_pubmed_allx_that_is_not_the_official_file_is_refused(tmp_path, monkeypatch):
+    """shared/data lacks ind.pubmed.allx; a user's copy is checked against the official size and sha256 (a random
+    matrix of the right shape used to train to a figure)."""
+    if not (DATA / "planetoid" / "ind.pubmed.ally").is_file():
+        pytest.skip("PubMed's files are not in GENFEAT_DATA")
+    (tmp_path / "planetoid").mkdir()
+    for f in (DATA / "planetoid").glob("ind.pubmed.*"):
+        (tmp_path / "planetoid" / f.name).symlink_to(f.resolve())
+    with open(tmp_path / "planetoid" / "ind.pubmed.allx", "wb") as f:
+        pickle.dump(sp.random(18717, 500, density=0.01, format="csr", dtype=np.float32, random_state=0), f)
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    with pytest.raises(DataError, match="ind.pubmed.allx"):
+        load_planetoid("pubmed", download=False)
+
+
 @needs_data
 @pytest.mark.parametrize("name", ["cora", "citeseer"])
 def test_legacy_pickle_names_load_without_warnings(name):

@@ -53,7 +53,8 @@ _SHA = {
         "y": (4054, "94465c14eb53e04ca262198dcbb2521ee8af60fb3f3d546cd6ca24a511b0e7d1"),
     },
     "pubmed": {
-        "allx": (None, None),
+        # absent from shared/data; its official size and sha256 as shared/data/planetoid/PROVENANCE.md records them
+        "allx": (7578385, "508e538e2abdccdd54c4d3e9f49d638b4af7107d85845f66ddea5a5152658b7e"),
         "ally": (224739, "0c37bbe3b5014ec365e9d393cf4791925e5ed94fb194305d74f064a8d7b50f0e"),
         "graph": (471808, "5b89f0036ca22909471f1e6558eb42fa06e0c730a577bde5b058b40638f81dc9"),
         "test.index": (6000, "b101d421688bbaecbd82e8a18f1e282378d6830f3a37666f28ebc47f844341b5"),
@@ -71,7 +72,7 @@ for _name, _parts in _SHA.items():
                               sha256=sha, size=size)
                for part, (size, sha) in _parts.items()},
         citation="Yang, Cohen & Salakhutdinov, Revisiting Semi-Supervised Learning with Graph Embeddings, ICML 2016",
-        note="public Planetoid split; pubmed allx checksum not recorded in shared/data (the file is absent there)",
+        note="public Planetoid split; pubmed allx is absent from shared/data (its size and sha256 are checked)",
     ))
 
 # numpy keeps these two in numpy._core since 2.0 (numpy.core before, now a deprecated alias); an array's

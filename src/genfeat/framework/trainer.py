@@ -568,6 +568,11 @@ class Trainer:
             self._save("last", p_idx + 1 if not last_phase else p_idx, 0 if not last_phase else phase.steps,
                        global_step, optimizers if last_phase else {}, tracker)
             resume_state = None
+            if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and not last_phase:
+                # the budget ended with this phase: the next one starts in the next invocation, from that save
+                return TrainResult(steps=global_step, seconds=time.time() - start_time,
+                                   best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
+                                   history=tracker["history"], interrupted=True)
         if self._writer is not None:
             self._writer.close()
         return TrainResult(steps=global_step, seconds=time.time() - start_time, best_metrics=tracker.get("best", {}),
