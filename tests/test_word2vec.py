@@ -637,3 +637,14 @@ def test_graphemb_is_deepwalk_through_this_skipgram():
     same = (cos[side][:, side].sum() + cos[~side][:, ~side].sum() - 20) / (2 * 90)
     across = cos[side][:, ~side].mean()
     assert vec.shape == (20, 16) and same > across + 0.3, (float(same), float(across))
+
+
+def test_words_tokens_split_at_every_white_space_the_vectors_files_split_at():
+    """``tokens: words`` (BERT's pre-tokenizer) kept \\x1c-\\x1f inside a word, which str.split() (and so the export's
+    check) reads as white space: the run failed after training, with OUT/final written."""
+    from genfeat.methods.word2vec import _tokeniser
+
+    split = _tokeniser("words", False)
+    assert split("beta\x1cgamma, delta!\x1fx  y") == ["beta", "gamma", ",", "delta", "!", "x", "y"]
+    assert split("Don't stop.") == ["Don", "'", "t", "stop", "."]          # BERT's words and punctuation as before
+    assert all(w == "".join(w.split()) for w in split("a\x1db\x1ec\u2028d\x85e"))

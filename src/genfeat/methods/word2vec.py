@@ -153,7 +153,9 @@ def _tokeniser(kind: str, lowercase: bool):
     from tokenizers.pre_tokenizers import BertPreTokenizer
 
     pre = BertPreTokenizer()
-    return lambda s: [w for w, _ in pre.pre_tokenize_str(s.lower() if lowercase else s)]
+    # each whitespace-separated piece (Python's white space, which the vectors files separate words by: BERT's
+    # pre-tokenizer keeps \x1c-\x1f inside a word) split into BERT's words and punctuation
+    return lambda s: [w for piece in (s.lower() if lowercase else s).split() for w, _ in pre.pre_tokenize_str(piece)]
 
 
 def read_sentences(cfg: Word2VecRecipe) -> list[list[str]]:
