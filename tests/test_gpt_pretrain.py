@@ -86,6 +86,12 @@ def test_recipe_trains_saves_and_the_checkpoint_loads(tmp_path, architecture):
     assert vocab.encode(text) == load_checkpoint(tmp_path / "run" / "final")[1].encode(text)
     tokens = vocab.tokenizer.encode(text).tokens  # GPT-1's BPE, trained on the text: word ends marked
     assert "".join(tokens).replace("</w>", " ").split() == text.split() and len(tokens) > 4
+    if architecture == "gpt":   # an --overwrite refused after training its tokenizer (a bad model field) keeps the run
+        before = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+        with pytest.raises(ConfigError, match="n_head"):
+            run_recipe(recipe(tmp_path, architecture=architecture), {"model.n_head": 0}, out_dir=tmp_path / "run",
+                       progress=False, overwrite=True)
+        assert {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.hf_interop

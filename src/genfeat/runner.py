@@ -332,14 +332,22 @@ def _put_back(out: Path, aside: Path) -> None:
             signal.signal(signal.SIGINT, held)
 
 
+SETUP_OUTPUTS = ("tokenizer",)
+"""Outputs a run writes before its last checks (the tokenizer it trains, before the model config is built): a run
+refused with nothing else written has not replaced the old one."""
+
+
 def _settle_replaced(out: Path, aside: Path | None, kept: set[str], failed: bool) -> None:
     """After an ``--overwrite`` run: the replaced run (in ``aside``) is put back when the new one failed before
-    writing anything but its provenance record (OUT holds nothing beyond ``kept``, the names it held once the old
-    run was set aside: the user's own files), and removed otherwise."""
+    writing anything but its provenance record and :data:`SETUP_OUTPUTS` (OUT holds nothing else beyond ``kept``,
+    the names it held once the old run was set aside: the user's own files; the new setup outputs are removed), and
+    removed otherwise."""
     if aside is None or not aside.is_dir():
         return
-    wrote = any(p.name not in kept and p.name != PROVENANCE for p in out.iterdir())
-    if failed and not wrote:
+    new = [p for p in out.iterdir() if p.name not in kept and p.name != PROVENANCE]
+    if failed and all(p.name in SETUP_OUTPUTS for p in new):
+        for p in new:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
         _put_back(out, aside)
     else:
         shutil.rmtree(aside, ignore_errors=True)
