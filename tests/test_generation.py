@@ -147,6 +147,9 @@ def test_cli_samples_gpt_with_its_cache_and_transformer_xl_with_memory(tmp_path,
                          (["--mem-len", "4"], "fix: drop --mem-len")]:
         code, err = run("--checkpoint", str(tmp_path / "gpt"), "--prompt", prompt, *argv)
         assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    # `evaluate --data` scores Transformer-XL LMs: a GPT is told so, not asked for --mem-len it could not use
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "gpt"), "--data", str(corpus), "--tgt-len", "8"]) == 2
+    assert "holds a gpt model, not transformer_xl" in capsys.readouterr().err
     # a Transformer-XL checkpoint takes the same path, with its memory
     words = SymbolVocab(["<eos>"] + [f"w{i}" for i in range(49)], "word")
     txl = model(mem_len=8)

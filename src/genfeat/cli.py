@@ -125,6 +125,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
     _emit(result, args.json, _fmt(result))
 
 
+def _check_architecture(path: str, arch: str, architectures: tuple[str, ...]) -> None:
+    """Refuse checkpoint ``path`` of architecture ``arch`` for a command that serves ``architectures``."""
+    if arch not in architectures:
+        raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
+                              f"pass a {' or '.join(architectures)} checkpoint")
+
+
 def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",),
              data: str | None = None):
     """The model of checkpoint ``path`` on ``device`` and its vocabulary; the model must be one of ``architectures``.
@@ -138,10 +145,7 @@ def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("
 
     target = resolve_device(device, "--device")
     model, vocab = load_checkpoint(path)
-    arch = architecture_of(model)
-    if arch not in architectures:
-        raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
-                              f"pass a {' or '.join(architectures)} checkpoint")
+    _check_architecture(path, architecture_of(model), architectures)
     if data is None or Path(data).suffix != ".npy":
         require_vocabulary(vocab, path)
     return model.to(target), vocab
@@ -178,6 +182,10 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     missing = [flag for flag, value in (("--data", args.data), ("--tgt-len", args.tgt_len), ("--mem-len", args.mem_len))
                if value is None]
     if missing:
+        from .hub import architecture_of, load_checkpoint
+
+        # a model evaluate does not score (GPT, BERT, XLNet): say so first, not which flags it would need
+        _check_architecture(args.checkpoint, architecture_of(load_checkpoint(args.checkpoint)[0]), ("transformer_xl",))
         raise ConfigError(f"evaluate needs {', '.join(missing)} to score a language model",
                           "pass them, or --task NAME to score a fine-tuned checkpoint")
     args.batch_size = 1 if args.batch_size is None else args.batch_size
@@ -439,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run)
 
-    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of an LM checkpoint (genfeat or Hugging Face), "
+    e = sub.add_parser("evaluate", parents=[common], help="perplexity / bpc of a Transformer-XL checkpoint (genfeat or Hugging Face), "
                                                          "or task metrics of a fine-tuned one (--task)",
                        epilog=f"The output's oov_rate is the share of the data's tokens (all of them, before "
                               f"--max-tokens) outside the checkpoint's vocabulary; above {OOV_WARN_RATE:.0%} a warning "
