@@ -97,6 +97,30 @@ def test_export_loads_in_hugging_face(tmp_path):
         assert torch.equal(two_segments(ours, False)[0], two_segments(mine, False)[0])
 
 
+def test_a_model_pretrained_with_the_bidirectional_pipeline_exports_for_downstream_use(tmp_path):
+    """bi_data is a pretraining-pipeline setting: in transformers it splits every batch into forward and reversed
+    halves (a batch of one gave an empty output). The export writes it false; its function is genfeat's model with
+    bi_data off, row by row."""
+    import copy
+    import dataclasses
+
+    hf = hf_model(bi_data=True)
+    hf.save_pretrained(tmp_path / "hf")
+    ours = genfeat.from_pretrained(tmp_path / "hf").eval()
+    assert ours.config.bi_data
+    genfeat.save_pretrained(ours, tmp_path / "out", hf=True)
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["bi_data"] is False
+    again = HFXLNetLMHeadModel.from_pretrained(tmp_path / "out").eval()
+    plain = copy.deepcopy(ours)
+    plain.config = dataclasses.replace(ours.config, bi_data=False)
+    x = batch(1)
+    with torch.no_grad():
+        for row in range(B):
+            one = {k: v[row:row + 1] for k, v in x.items()}
+            got = again(**one).logits
+            assert got.shape[0] == 1 and (got - plain(**one).logits).abs().max() <= 1e-5
+
+
 def test_another_architecture_or_mismatched_weights_are_rejected(tmp_path):
     hf = hf_model()
     hf.save_pretrained(tmp_path / "hf")

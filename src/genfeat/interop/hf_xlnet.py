@@ -52,7 +52,9 @@ def hf_config_to_ours(hf: dict[str, Any]) -> XLNetConfig:
 
 
 def ours_to_hf_config(cfg: XLNetConfig) -> dict[str, Any]:
-    """The config.json of an equivalent HF XLNetLMHeadModel."""
+    """The config.json of an equivalent HF XLNetLMHeadModel, for use downstream: ``bi_data`` (genfeat's
+    bidirectional pretraining pipeline, which makes transformers' XLNet split every batch into forward and reversed
+    halves, in its task models too) is written false, as in HF's own pretrained XLNets; the weights are the same."""
     if cfg.n_head * cfg.d_head != cfg.d_model:
         raise CheckpointError(f"an XLNet with n_head * d_head = {cfg.n_head * cfg.d_head} != d_model = "
                               f"{cfg.d_model} has no Hugging Face equivalent",
@@ -61,7 +63,7 @@ def ours_to_hf_config(cfg: XLNetConfig) -> dict[str, Any]:
             "d_model": cfg.d_model, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "d_head": cfg.d_head,
             "d_inner": cfg.d_inner, "ff_activation": cfg.ff_activation, "untie_r": True, "attn_type": "bi",
             "initializer_range": cfg.init_std, "layer_norm_eps": cfg.layer_norm_epsilon, "dropout": cfg.dropout,
-            "mem_len": cfg.mem_len or None, "reuse_len": cfg.reuse_len, "bi_data": cfg.bi_data,
+            "mem_len": cfg.mem_len or None, "reuse_len": cfg.reuse_len, "bi_data": False,
             "clamp_len": cfg.clamp_len, "same_length": False, "tie_word_embeddings": True}
 
 
