@@ -136,7 +136,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, sort_keys: bool = True) -> None:
-    """``obj`` as indented JSON; ``sort_keys`` False keeps the mapping's order (a run's figures, in the order the
-    method reports them, which a resumed run's summary follows)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_results(out_dir: str | os.PathLike, figures: dict[str, Any]) -> None:
+    """A run's figures as OUT/results.json, in the order the method reports them (not sorted: a resumed run's summary
+    follows the order of the figures it reads back)."""
+    write_text_atomic(Path(out_dir) / "results.json", json.dumps(figures, indent=2) + "\n")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import apply_overrides, from_dict, load_yaml, to_dict
+from .config import apply_overrides, dotted, from_dict, load_yaml, to_dict
 from .errors import CheckpointError, ConfigError, GenfeatError
 from .io import backup_path, check_output_path
 from .provenance import PROVENANCE, invocation, recording
@@ -370,13 +370,6 @@ def _recover_replaced(out: Path) -> None:
               "before it wrote anything", file=sys.stderr)
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a.b": 1}`` for ``{"a": {"b": 1}}``: the leaves of nested mappings under dotted keys."""
-    if not isinstance(tree, dict) or not tree:
-        return {prefix: tree}
-    return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else key).items()}
-
-
 def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], seeds: list[int]) -> None:
     """``--resume`` continues the run in ``out`` as it was started: the same method and recipe (but the
     :data:`TRAIN_LOOP_FIELDS` of its train section and of a pretraining stage's, and the method's
@@ -400,7 +393,7 @@ def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], s
     if started.get("method") != run["method"]:
         raise ConfigError(f"--resume: the run in '{out}' is a {started.get('method')} run, this recipe is of method "
                           f"{run['method']}", fix)
-    then, now = (_flat(r["recipe"]) for r in (started, run))
+    then, now = (dotted(r["recipe"]) for r in (started, run))
     free = {*method.resume_free, *(f"{section}{name}" for section in ("train.", "pretrain.overrides.train.")
                                     for name in TRAIN_LOOP_FIELDS)}
     changed = [k for k in dict.fromkeys([*then, *now]) if k not in free and then.get(k) != now.get(k)]
@@ -533,7 +526,7 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
     if resume and overwrite:
         raise ConfigError("--resume continues the run in OUT, --overwrite replaces it", "pass one of them")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
-    run = json.loads(json.dumps({"method": method.name, "recipe": to_dict(cfg)}, default=str))
+    run = json.loads(json.dumps(recipe_record(cfg), default=str))   # as the first invocation's record keeps it
     if base.is_dir():
         _recover_replaced(base)
     if resume:

@@ -39,7 +39,7 @@ from ..framework.schedule import OptimSpec, Term, alternating
 from ..framework.stream import TensorStream, derived_seed
 from ..framework.trainer import resolve_device
 from ..hub import checkpoint_config, from_pretrained
-from ..io import atomic_path, write_json_atomic
+from ..io import atomic_path, write_results
 from ..models.complement_gan import ComplementGAN, ComplementGANConfig, data_init
 from ..models.pixelcnn import PixelCNN, PixelCNNConfig
 from ..objectives.complement_gan import DensityObjective, DiscriminatorObjective, GeneratorObjective, density_input
@@ -427,7 +427,7 @@ def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: 
                 shutil.copyfile(path, tmp)
     if out_dir is not None:
         save_checkpoint(Path(out_dir) / "final", model, None, ckpt)  # the trained D and G (from_pretrained)
-        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
+        write_results(out_dir, figures)
     return figures
 
 
@@ -491,5 +491,5 @@ def run_pixelcnn(cfg: PixelCNNRecipe, *, seed: int, out_dir: Path | None, progre
                "params": sum(p.numel() for p in model.parameters())}
     if out_dir is not None:
         save_checkpoint(Path(out_dir) / "final", model, None, ckpt)
-        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
+        write_results(out_dir, figures)
     return figures

@@ -113,7 +113,7 @@ from ..framework.stream import derived_seed
 from ..framework.trainer import to_device
 from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
                    checkpoint_config, load_checkpoint, model_config, save_pretrained, vocab_fingerprint)
-from ..io import write_json_atomic
+from ..io import write_json_atomic, write_results
 from ..models.heads import (MIN_MAX_LEN, FineTuneConfig, FineTuneModel, HeadConfig, SpanEnd, check_backbone,
                             check_max_len, fine_tunable, get_adapter)
 from ..objectives.task import TaskObjective, model_inputs
@@ -794,7 +794,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                         **evaluate(model, test_ex, test_items, "test")})
     if out_dir is not None and trainer.dist.is_main:
         save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
-        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
+        write_results(out_dir, figures)
     return figures
 
 

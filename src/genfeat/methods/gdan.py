@@ -85,7 +85,7 @@ from ..framework.checkpoint import read_config, resume_dir, save_checkpoint
 from ..framework.distributed import refuse_several_processes
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoint
-from ..io import write_json_atomic
+from ..io import write_results
 from ..models.ga_reader import GAReader, GAReaderConfig
 from ..models.heads import FineTuneConfig, HeadConfig
 from ..models.word2vec import load_word2vec_format
@@ -498,7 +498,7 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
             module_vocab = d_vocab if name == "d" else vocab
             save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, **recipe_record(cfg), **chunker),
                             lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
-        write_json_atomic(out / "results.json", figures, sort_keys=False)
+        write_results(out, figures)
     return figures
 
 

@@ -37,7 +37,7 @@ from ..errors import ConfigError
 from ..framework import OptimConfig, TrainConfig, Trainer, one_phase
 from ..framework.distributed import refuse_several_processes
 from ..framework.stream import TensorStream
-from ..io import write_json_atomic
+from ..io import write_results
 from ..models.node_classifier import GCN, HiddenLayerClassifier, SoftmaxRegression
 from ..objectives.classification import ClassificationObjective
 from ..objectives.graph_regularisation import EmbeddingMarginObjective, FullGraphStream, ManifoldRegularisationObjective
@@ -169,7 +169,7 @@ def run(cfg: GraphBaselineRecipe, *, seed: int, out_dir: Path | None, progress: 
     def figures(pred) -> dict[str, float]:
         out = {"test_accuracy": acc(pred, te), "val_accuracy": acc(pred, va)}
         if out_dir is not None:
-            write_json_atomic(Path(out_dir) / "results.json", out, sort_keys=False)
+            write_results(out_dir, out)
         return out
 
     if cfg.baseline == "lp":

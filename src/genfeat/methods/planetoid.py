@@ -28,7 +28,7 @@ from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.stream import TensorStream
 from ..framework.trainer import TrainConfig, Trainer
 from ..hub import checkpoint_config
-from ..io import backup_path, write_json_atomic
+from ..io import backup_path, write_results
 from ..runner import recipe_record, register_method
 
 DIVERGED_FIX = "lower label_optim.lr or context_optim.lr, then run again with --overwrite"
@@ -312,5 +312,5 @@ def run(cfg: PlanetoidRecipe, *, seed: int, out_dir: Path | None, progress: bool
                   f"Planetoid-{cfg.mode.upper()} on {cfg.dataset}", seed)
     figures = {"test_accuracy": _accuracy(model, test, labels[test]), "val_accuracy": _accuracy(model, val, labels[val])}
     if out is not None:
-        write_json_atomic(out / "results.json", figures, sort_keys=False)
+        write_results(out, figures)
     return figures

@@ -19,7 +19,7 @@ from torch import nn
 from ..framework import Trainer, one_phase
 from ..framework.objective import Objective
 from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
-from ..io import write_json_atomic
+from ..io import write_results
 from ..runner import recipe_record
 
 
@@ -58,7 +58,7 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
                                  "params": sum(p.numel() for p in model.parameters()), **sizes, **scored}
     if out_dir is not None and trainer.dist.is_main:
         save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
-        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
+        write_results(out_dir, figures)
         if on_saved is not None:
             on_saved(Path(out_dir))
     return figures

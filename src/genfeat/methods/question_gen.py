@@ -45,7 +45,7 @@ from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import load_weights, read_config, resume_dir, save_checkpoint
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..hub import VOCAB_FILE
-from ..io import atomic_path, write_json_atomic
+from ..io import atomic_path, write_results
 from ..models.question_gen import QuestionGenConfig, QuestionGenerator
 from ..objectives.question_gen import QuestionGenMLE, question_mask, shift_right
 from ..runner import recipe_record, register_method
@@ -198,7 +198,7 @@ def run(cfg: QuestionGenRecipe, *, seed: int, out_dir: Path | None, progress: bo
         human = {ex.uid: " ".join(ex.question) for ex in shown}
         pairs = generated_examples(model, shown, vocab, "beam", cfg.max_question_words + 1, cfg.beam)
         _write_jsonl(out / "dev_questions.jsonl", question_records(pairs, human))
-        write_json_atomic(out / "results.json", figures, sort_keys=False)
+        write_results(out, figures)
     return figures
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..config import Config, check_least
 from ..errors import ConfigError
-from ..io import write_json_atomic
+from ..io import write_results
 from ..runner import register_method
 from ..tasks import Example, TaskSpec, get_task, load_task
 from .finetune import scores, subset
@@ -329,5 +329,5 @@ def run(cfg: TfidfRecipe, *, seed: int, out_dir: Path | None, progress: bool = T
         figures[f"{prefix}_examples"] = len(examples)
     figures["seconds"] = time.time() - t0
     if out_dir is not None:
-        write_json_atomic(Path(out_dir) / "results.json", figures, sort_keys=False)
+        write_results(out_dir, figures)
     return figures

@@ -32,7 +32,7 @@ from ..framework.distributed import refuse_several_processes
 from ..framework.optim import OptimConfig
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..framework.trainer import TrainConfig, Trainer, TrainResult
-from ..io import write_json_atomic
+from ..io import write_results
 from ..runner import recipe_record, register_method
 
 DIVERGED_FIX = "lower lr or batch_size, or set row_cap (e.g. 128), then run again with --overwrite"
@@ -463,5 +463,5 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         if cfg.export != "none":
             binary = cfg.export == "binary"
             save_word2vec_format(out / ("vectors.bin" if binary else "vectors.txt"), words, model.vectors, binary)
-        write_json_atomic(out / "results.json", figures, sort_keys=False)
+        write_results(out, figures)
     return figures
