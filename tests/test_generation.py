@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from genfeat.generation import generate
+from genfeat import generation
+from genfeat.generation import generate, sample_top_k
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 
 
@@ -42,6 +43,59 @@ def test_samples_stay_in_top_k_and_are_reproducible():
             top = lp.topk(3, dim=-1).indices
             assert all(a[i, step] in top[i] for i in range(2))
             seq = torch.cat([seq, a[:, step:step + 1]], 1)
+
+
+@pytest.mark.parametrize("kw", [{}, {"attn_type": "shaw"}, {"attn_type": "absolute_sinusoid"},
+                                {"attn_type": "absolute_learned"}, {"same_length": True}, {"pre_lnorm": True}])
+@pytest.mark.parametrize("mem_len", [64, 4])
+def test_prompts_of_different_lengths_generate_in_one_left_padded_batch_as_each_alone(kw, mem_len, monkeypatch):
+    # Every step's next-token distribution of each row equals its prompt's alone (greedy tokens of random
+    # models repeat one id, so the distributions are compared). mem_len 4 is shorter than the prompts: the
+    # memory drops padding and prompt tokens as it slides.
+    m = model(mem_len=mem_len, **kw)
+    seen = []
+
+    def recording(logits, top_k, temperature, generator):
+        seen.append(logits.clone())
+        return sample_top_k(logits, top_k, temperature, generator)
+
+    monkeypatch.setattr(generation, "sample_top_k", recording)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 50, (t,), generator=g) for t in (7, 2, 5, 1)]
+    alone = []
+    for p in prompts:
+        seen.clear()
+        alone.append((generate(m, p, 12, top_k=1), torch.cat(seen)))               # [12], [12, V]
+    width = max(len(p) for p in prompts)
+    context = torch.full((4, width), 9)                                    # the pad id is never read
+    mask = torch.zeros(4, width, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        context[i, width - len(p):], mask[i, width - len(p):] = p, 1
+    seen.clear()
+    batch = generate(m, context, 12, top_k=1, attention_mask=mask)
+    steps = torch.stack(seen, 1)                                           # [4, 12, V]
+    assert batch.shape == (4, 12)
+    for i, (tokens, log_probs) in enumerate(alone):
+        assert torch.equal(batch[i], tokens)
+        torch.testing.assert_close(steps[i], log_probs, rtol=1e-5, atol=1e-5)
+    # without the mask the padding is read as tokens: other distributions (the check can fail)
+    seen.clear()
+    generate(m, context, 12, top_k=1)
+    assert (torch.stack(seen, 1)[1] - alone[1][1]).abs().max() > 1e-2
+
+
+def test_left_padding_is_checked():
+    m, context = model(), torch.tensor([[1, 2, 3], [4, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    for bad in (mask.flip(1), torch.tensor([[0, 0, 0], [1, 1, 1]]), mask[:, 1:], 2 * mask):
+        with pytest.raises(ValueError, match="attention_mask"):
+            generate(m, context, 2, attention_mask=bad)
+    with pytest.raises(ValueError, match="padded on the left"):
+        generate(m, context, 2, attention_mask=mask.flip(1))
+    assert generate(m, context[0], 3, top_k=1, attention_mask=torch.tensor([0, 1, 1])).tolist() == \
+        generate(m, context[0, 1:], 3, top_k=1).tolist()
+    with pytest.raises(ValueError, match=r"key_padding has shape \(2, 2\), expected \[b, m \+ t\] = \[2, 3\]"):
+        m(context, key_padding=torch.zeros(2, 2, dtype=torch.bool))
 
 
 def test_bad_arguments():

@@ -32,9 +32,27 @@ def sample_top_k(logits: Tensor, top_k: int, temperature: float, generator: torc
     return idx.gather(-1, torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator))
 
 
+def left_padding(attention_mask: Tensor, context: Tensor) -> Tensor:
+    """The padding of a left-padded batch of prompts, after checking ``attention_mask``.
+
+    Shapes: attention_mask and context [t] or [b, t] (the same) -> [b, t] bool, True at padding.
+    Raises ValueError unless the mask has the context's shape, holds only 0 and 1, and every row is
+    zeros and then ones with at least one 1 (new tokens follow the last column).
+    """
+    if attention_mask.shape != context.shape or not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError(f"generate's attention_mask must be 0/1 of the context's shape {tuple(context.shape)}, "
+                         f"got {tuple(attention_mask.shape)}")
+    keep = attention_mask.reshape(-1, context.shape[-1]).long()
+    if (keep[:, 1:] < keep[:, :-1]).any() or not keep[:, -1].all():
+        raise ValueError("generate needs prompts padded on the left (attention_mask 0 ... 0 1 ... 1 in every row, "
+                         "at least one 1): the new tokens follow the last column")
+    return keep == 0
+
+
 @torch.no_grad()
 def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40, temperature: float = 1.0,
-             generator: torch.Generator | None = None, mem_len: int | None = None) -> Tensor:
+             generator: torch.Generator | None = None, mem_len: int | None = None,
+             attention_mask: Tensor | None = None) -> Tensor:
     """Top-k sampling continuing ``context``.
 
     Args:
@@ -46,8 +64,15 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
         generator: RNG for reproducible samples.
         mem_len: memory length while sampling (default: the model's ``mem_len``, or ``max_klen``
             for a model trained without memory, so samples still see their context).
+        attention_mask: [b, t] ([t] for a [t] context) 1 at prompt tokens, 0 at the padding before
+            them, for prompts of different lengths in one batch (default all 1): padding is attended by
+            no token, so each row samples what its prompt alone would (greedy: the same tokens, up to
+            floating-point ties).
     Returns:
         [length] or [b, length] sampled ids (the context is not repeated).
+    Raises:
+        ValueError: an empty context, a bad top_k / temperature / length, an attention_mask as
+            left_padding refuses.
     """
     check_sampling(context, top_k, temperature, length)
     was_training = model.training
@@ -55,18 +80,25 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     squeeze = context.dim() == 1
     ids = context[None] if squeeze else context
     ids = ids.to(next(model.parameters()).device)
+    pad = None if attention_mask is None else left_padding(attention_mask, context).to(ids.device)
     if mem_len is None:
         mem_len = model.config.mem_len or model.config.max_klen
     # Feed all but the last context token to fill the memory; the last one starts sampling.
     # Nothing is fed twice, so the memory keeps every position (ext_len 0, whatever the model trained with).
     mems, cache = None, model.new_cache() if mem_len > 0 else None
     with torch.no_grad():
+        fed = None if pad is None else pad[:, :-1]        # the padding among the positions fed so far
         if ids.shape[1] > 1:
-            mems = model(ids[:, :-1], mem_len=mem_len, ext_len=0, cache=cache).mems
+            mems = model(ids[:, :-1], mem_len=mem_len, ext_len=0, cache=cache, key_padding=fed).mems
         token = ids[:, -1:]
         out = []
         for _ in range(length):
-            step = model(token, mems=mems, mem_len=mem_len, ext_len=0, return_log_probs=True, cache=cache)
+            if fed is not None:
+                # keys [memory, token]: the memory holds the last m positions fed; the token is never padding
+                m = mems[0].shape[1] if mems else 0
+                fed = torch.cat([fed, fed.new_zeros(fed.shape[0], 1)], dim=1)[:, -(m + 1):]
+            step = model(token, mems=mems, mem_len=mem_len, ext_len=0, return_log_probs=True, cache=cache,
+                         key_padding=fed)
             mems = step.mems
             token = sample_top_k(step.log_probs[:, -1], top_k, temperature, generator)
             out.append(token)

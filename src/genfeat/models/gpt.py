@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config
-from ..generation import check_sampling, sample_top_k
+from ..generation import check_sampling, left_padding, sample_top_k
 from ..nn.adaptive import check_ids, full_target_log_prob
 from ..nn.attention import MultiHeadAttention, causal_mask
 from ..nn.feedforward import PositionwiseFeedForward
@@ -326,13 +326,7 @@ class GPTLMHeadModel(nn.Module):
                              f"{self.config.max_position} positions")
         mask = positions = step_pos = None
         if attention_mask is not None:
-            if attention_mask.shape != context.shape or not ((attention_mask == 0) | (attention_mask == 1)).all():
-                raise ValueError(f"generate's attention_mask must be 0/1 of the context's shape {tuple(context.shape)}, "
-                                 f"got {tuple(attention_mask.shape)}")
-            mask = attention_mask.to(ids.device).reshape(ids.shape).long()
-            if (mask[:, 1:] < mask[:, :-1]).any() or not mask[:, -1].all():
-                raise ValueError("generate needs prompts padded on the left (attention_mask 0 ... 0 1 ... 1 in "
-                                 "every row, at least one 1): the new tokens follow the last column")
+            mask = (~left_padding(attention_mask, context)).long().to(ids.device)
             positions = step_pos = (mask.cumsum(1) - 1).clamp(min=0)                # [b, t]
         was_training = self.training
         self.eval()

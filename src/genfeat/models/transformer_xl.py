@@ -147,7 +147,8 @@ class TransformerXLLayer(nn.Module):
             a = self.attn(x, pos, mask, u, v, cache=cache, mem=mem)
         else:
             content = h if mem is None or mem.shape[1] == 0 else torch.cat([mem, h], dim=1)  # [b, k, d]
-            a = self.attn(self.attn_norm(content) if self.pre_lnorm else content, ~mask, last=h.shape[1])[0]
+            keep = ~mask if mask.dim() == 2 else ~mask[:, None]     # [b, t, k] -> broadcast over heads
+            a = self.attn(self.attn_norm(content) if self.pre_lnorm else content, keep, last=h.shape[1])[0]
         a = self.drop(a)
         if self.pre_lnorm:
             h = h + a
@@ -160,7 +161,7 @@ class TransformerXLLMHeadModel(nn.Module):
     """Transformer-XL language model: adaptive input, L layers with memory, adaptive softmax.
 
     ``model(input_ids, mems=None, labels=None, *, mem_len=None, clamp_len=None, ext_len=None,
-    return_log_probs=False, cache=None)``
+    return_log_probs=False, cache=None, key_padding=None)``
 
     Args:
         input_ids: [b, t] token ids of the segment.
@@ -177,6 +178,10 @@ class TransformerXLLMHeadModel(nn.Module):
             :meth:`new_cache`, passed with every segment of a stream together with that call's
             ``mems``; each layer then projects keys and values for the new positions only and
             reuses the relative encodings, instead of recomputing them over the whole memory.
+        key_padding: [b, m + t] bool over [memory, segment], True at the padding of a left-padded
+            batch (generation from prompts of different lengths): no query attends a padding position
+            but its own, so every row computes what its tokens alone would (distances between real
+            tokens, and from the segment's end, do not change with padding on the left).
     """
 
     def __init__(self, cfg: TransformerXLConfig):
@@ -236,7 +241,8 @@ class TransformerXLLMHeadModel(nn.Module):
 
     def forward(self, input_ids: Tensor, mems: list[Tensor] | None = None, labels: Tensor | None = None, *,
                 mem_len: int | None = None, clamp_len: int | None = None, ext_len: int | None = None,
-                return_log_probs: bool = False, cache: list[ProjectionCache] | None = None) -> TransformerXLOutput:
+                return_log_probs: bool = False, cache: list[ProjectionCache] | None = None,
+                key_padding: Tensor | None = None) -> TransformerXLOutput:
         cfg = self.config
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache has {len(cache)} entries for {len(self.layers)} layers: use model.new_cache()")
@@ -252,6 +258,12 @@ class TransformerXLLMHeadModel(nn.Module):
             h = h + sinusoid(torch.arange(t - 1, -1, -1, device=h.device), cfg.d_model).to(h.dtype)
         h = self.drop(h)
         mask = causal_mask(t, m, h.device, cfg.same_length, mem_len)
+        if key_padding is not None:
+            if key_padding.shape != (b, klen):
+                raise ValueError(f"key_padding has shape {tuple(key_padding.shape)}, expected [b, m + t] = {[b, klen]}")
+            # a padding query keeps its own key: a row with every key blocked would be undefined
+            own = torch.arange(m, klen, device=h.device)[:, None] == torch.arange(klen, device=h.device)  # [t, k]
+            mask = mask | (key_padding.to(h.device)[:, None, :] & ~own)     # [b, t, k]
         pos = self._positions(klen, clamp_len, h.device) if cfg.attn_type in ("relative", "shaw") else None
         shared = (self.r_w_bias, self.r_r_bias) if hasattr(self, "r_w_bias") else None
         hids = []
