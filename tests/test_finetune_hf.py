@@ -380,6 +380,11 @@ def _classes_in_another_order(hf_task: Path, tmp_path: Path, accuracy: float, ca
         assert evaluate_task(unnamed, "sst2", max_examples=32)["accuracy"] == accuracy
         assert "does not name its classes (id2label LABEL_0, LABEL_1); they are read as task 'sst2''s labels in its " \
                "order (negative, positive)" in capsys.readouterr().err
+    # transformers' older GLUE scripts named the task "SST-2": still genfeat's sst2, refused for another task
+    legacy = variant("legacy", {"0": "LABEL_0", "1": "LABEL_1"}, task="SST-2", flip=False)
+    assert load_checkpoint(legacy)[0].config.task == "sst2"
+    with pytest.raises(CheckpointError, match="task 'sst2'"):
+        evaluate_task(legacy, "cola", max_examples=32)
     # exported to genfeat's format, a task model that names no task, or one genfeat does not know, is still a head
     # from elsewhere (hf:...), checked by shape
     from genfeat import cli
@@ -424,3 +429,43 @@ def test_xlnet_squad_head_exported_and_saved_by_transformers_scores_what_the_run
     again = run_recipe("recipes/finetune/squad_xlnet.yaml", {**XLNET_SQUAD, "init": str(hf_task), "model": {}, "steps": 1},
                        [0], out_dir=tmp_path / "init", progress=False)
     assert again["steps"] == 1 and 0.0 <= again["dev_exact_match"] <= again["dev_squad_f1"] <= 1.0
+
+
+def test_task_names_of_older_transformers_scripts_are_genfeat_tasks():
+    from genfeat.interop.hf_finetune import _task_name
+
+    names = ("SST-2", "sts-b", "MNLI-MM", "CoLA", "qqp", "squad_split", "emotion", None, "hf:x")
+    assert [_task_name(n, "bert") for n in names] == \
+        ["sst2", "stsb", "mnli", "cola", "qqp", "squad_split", "hf:emotion", "hf:bert", "hf:x"]
+
+
+def test_an_export_transformers_reads_otherwise_says_so_and_an_export_onto_its_checkpoint_is_refused(tmp_path, capsys):
+    """A similarity head over both orders of a pair and a model reading long texts as memory segments compute what
+    transformers' task models do not: the export says so on stderr (genfeat reads it back as trained). Exporting a
+    checkpoint onto itself would replace it: refused."""
+    from genfeat import cli
+
+    _hf(transformers.BertForSequenceClassification, tmp_path, num_labels=1)
+    ours = from_pretrained(tmp_path / "hf")
+    ours.config = dataclasses.replace(ours.config, task="stsb", both_orders=True)
+    save_pretrained(ours, tmp_path / "ours")
+    capsys.readouterr()
+    assert cli.main(["export", "--checkpoint", str(tmp_path / "ours"), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "note: the model adds the states of both orders of a stsb pair" in err and "transformers' task model " \
+        "reads one order" in err
+    assert from_pretrained(tmp_path / "out").config.both_orders
+    from genfeat.interop.hf_finetune import read_differently
+
+    ours.config = dataclasses.replace(ours.config, task="sst2", max_segments=3)
+    assert read_differently(ours) == ["the model reads texts longer than 32 tokens as up to 3 segments, the earlier "
+                                      "ones as memory; transformers' task model reads one segment, so its scores of "
+                                      "long texts differ from genfeat's"]
+    ours.config = dataclasses.replace(ours.config, task="stsb", both_orders=False, max_segments=1)
+    save_pretrained(ours, tmp_path / "ours")
+    assert cli.main(["export", "--checkpoint", str(tmp_path / "ours"), "--out", str(tmp_path / "out")]) == 0
+    assert "note:" not in capsys.readouterr().err
+    before = sorted(p.name for p in (tmp_path / "ours").iterdir())
+    assert cli.main(["export", "--checkpoint", str(tmp_path / "ours"), "--out", str(tmp_path / "ours")]) == 2
+    assert "is the checkpoint being exported" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == before

@@ -78,6 +78,10 @@ def test_a_head_for_another_task_or_a_foreign_tokenizer_is_one_error_line(debug_
     code, _, err = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--max-tokens", "5",
                           "--clamp-len", "3"], capsys)           # were ignored silently
     assert code == 2 and "--clamp-len, --max-tokens belong(s) to language-model evaluation, not to --task" in err
+    code, _, err = _main(["evaluate", "--checkpoint", str(out / "final"), "--split", "test", "--squad-seed", "1"],
+                         capsys)                                  # without --task: were ignored silently
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--split, --squad-seed belong(s) to task evaluation (--task), not to a language model's" in err
     # the checkpoint with the vocabulary of a smaller tokenizer
     import shutil
 
@@ -122,7 +126,16 @@ def test_span_head_gives_exact_match_and_f1_on_squad_questions(tmp_path, capsys)
     figures = evaluate_task(tmp_path / "sq" / "final", "squad_split", max_examples=6)
     assert (figures["exact_match"], figures["squad_f1"], figures["truncated"]) == \
         (result["dev_exact_match"], result["dev_squad_f1"], result["dev_truncated"])
-    assert evaluate_task(tmp_path / "sq" / "final", "squad_split", max_examples=6, squad_seed=0)["examples"] == 6
+    with pytest.raises(ConfigError, match="trained on the article split of seed 1"):   # seed 0's articles: trained on
+        evaluate_task(tmp_path / "sq" / "final", "squad_split", max_examples=6, squad_seed=0)
+
+
+def test_a_max_len_beyond_an_init_backbones_positions_names_the_recipe_field(debug_run, tmp_path):
+    out, _ = debug_run
+    with pytest.raises(ConfigError, match=r"data\.max_len 512 is longer than the bert backbone's 64 positions"):
+        run_recipe("recipes/finetune/sst2_bert.yaml", {"init": str(out / "final"), "data": {"max_len": 512}}, [0],
+                   out_dir=tmp_path / "big", progress=False)
+    assert not (tmp_path / "big").exists()
 
 
 @pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")
@@ -518,3 +531,82 @@ def test_a_runs_tokenizer_and_init_errors_name_the_recipes_settings(tmp_path):
     recipe.write_text(f"method: finetune\ninit: {tmp_path / 'afile'}\nsteps: 1\ndata: {{task: sst2}}\n")
     with pytest.raises(CheckpointError, match="init '.*afile' is a file, not a model directory"):
         run_recipe(recipe, {}, [0], out_dir=tmp_path / "b", progress=False)
+
+
+def test_a_malformed_test_split_is_refused_before_training_and_out_stays_absent(tmp_path, monkeypatch):
+    """The test split is read with the train and dev splits: a bad row in it used to surface after the whole
+    training, leaving OUT with last/ and no results."""
+    from genfeat.errors import DataError
+
+    rows = ["sentence\tlabel"] + [f"a {w} film\t{i % 2}" for i, w in enumerate("good bad fine dull bright grim".split())]
+    (tmp_path / "tiny").mkdir()
+    for split in ("train", "dev"):
+        (tmp_path / "tiny" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "tiny" / "test.tsv").write_text("index\tsentence\n0\ta film\n1\n")        # line 3: one field
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    register(DatasetSpec("test_tiny_tsv", {s: FileSpec(f"tiny/{s}.tsv", "http://127.0.0.1:9/none", None)
+                                           for s in ("train", "dev", "test")}))
+    spec = TaskSpec("tiny_tsv", "test_tiny_tsv", "tsv", "single",
+                    {"train": SplitSpec("train", True, [0], 1), "dev": SplitSpec("dev", True, [0], 1),
+                     "test": SplitSpec("test", True, [1], None)}, ["accuracy"], labels=["0", "1"])
+    monkeypatch.setitem(TASKS, spec.name, spec)
+    with pytest.raises(DataError, match=r"test\.tsv' line 3 has 1 tab-separated fields"):
+        run_recipe("recipes/finetune/debug.yaml", {"steps": 1, "vocab_size": 60, "train": {"eval_every": 0},
+                                                   "data": {"task": "tiny_tsv", "test_split": "test"}},
+                   [0], out_dir=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_finite_score_is_a_data_error(tmp_path, monkeypatch):
+    from genfeat.errors import DataError
+    from genfeat.tasks import load_task
+
+    (tmp_path / "reg").mkdir()
+    (tmp_path / "reg" / "dev.tsv").write_text("a\tb\tscore\none\ttwo\t2.5\nthree\tfour\tnan\n")
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    register(DatasetSpec("test_reg_tsv", {"dev": FileSpec("reg/dev.tsv", "http://127.0.0.1:9/none", None)}))
+    spec = TaskSpec("reg_tsv", "test_reg_tsv", "tsv", "pair", {"dev": SplitSpec("dev", True, [0, 1], 2)},
+                    ["pearson"], regression=True)
+    with pytest.raises(DataError, match=r"dev\.tsv' line 3: score 'nan' of task 'reg_tsv' is not a finite number"):
+        load_task(spec, "dev")
+    for bad in ("inf", "-Infinity", "x"):
+        (tmp_path / "reg" / "dev.tsv").write_text(f"a\tb\tscore\none\ttwo\t{bad}\n")
+        with pytest.raises(DataError, match="is not a finite number"):
+            load_task(spec, "dev")
+
+
+@needs_glue
+def test_the_squad_article_seed_travels_with_the_model_and_evaluate_refuses_another(tmp_path, capsys):
+    """A model fine-tuned on the article split of seed 3 records it (its config; an HF export's config.json): the
+    seed-0 split's dev and test articles hold questions it was trained on. Evaluate reads the recorded seed back,
+    after an export too, and refuses a --squad-seed that contradicts it."""
+    from genfeat.hub import load_checkpoint
+    from genfeat.methods.finetune import evaluate_task
+
+    run_recipe("recipes/finetune/debug.yaml", {
+        "data": {"task": "squad_split", "max_train_examples": 8, "max_eval_examples": 6, "batch_size": 4,
+                 "eval_batch_size": 8, "max_len": 64, "doc_stride": 32, "max_query_len": 16, "test_split": None,
+                 "squad_seed": 3},
+        "vocab_size": 400, "steps": 1, "train": {"eval_every": 0, "progress": False}}, [0], out_dir=tmp_path / "sq",
+        progress=False)
+    final = tmp_path / "sq" / "final"
+    assert load_checkpoint(final)[0].config.squad_seed == 3
+    reference = evaluate_task(final, "squad_split", max_examples=6)
+    code, _, _ = _main(["export", "--checkpoint", str(final), "--out", str(tmp_path / "hf"), "--format", "hf"], capsys)
+    assert code == 0 and json.loads((tmp_path / "hf" / "config.json").read_text())["genfeat_squad_seed"] == 3
+    again = evaluate_task(tmp_path / "hf", "squad_split", max_examples=6)
+    assert (again["exact_match"], again["squad_f1"]) == (reference["exact_match"], reference["squad_f1"])
+    capsys.readouterr()
+    code, _, err = _main(["evaluate", "--checkpoint", str(tmp_path / "hf"), "--task", "squad_split", "--squad-seed",
+                          "0"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--squad-seed is 0, but" in err and "trained on the article split of seed 3" in err
+    assert evaluate_task(final, "squad_split", max_examples=6, squad_seed=3)["examples"] == 6
+    # a head trained on squad_split whose seed is known to nothing (an export of older code): refused, not seed 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    del config["genfeat_squad_seed"]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = _main(["evaluate", "--checkpoint", str(tmp_path / "hf"), "--task", "squad_split"], capsys)
+    assert code == 2 and "does not record the seed of its article split" in err and "--squad-seed" in err
+    assert evaluate_task(tmp_path / "hf", "squad_split", max_examples=6, squad_seed=3)["exact_match"] == \
+        reference["exact_match"]

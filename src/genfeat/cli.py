@@ -168,8 +168,8 @@ def cmd_evaluate_task(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     _check_out(args.predictions, flag="--predictions", directory=False)
-    result = evaluate_task(args.checkpoint, args.task, args.split, args.predictions, batch_size=args.batch_size or 64,
-                           device=args.device, max_examples=args.max_examples)
+    result = evaluate_task(args.checkpoint, args.task, args.split or "dev", args.predictions, batch_size=args.batch_size or 64,
+                           device=args.device, max_examples=args.max_examples, squad_seed=args.squad_seed)
     _emit(result, args.json, _fmt(result))
 
 
@@ -179,6 +179,12 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     _no_extra(extra)
     if args.task is not None:
         return cmd_evaluate_task(args)
+    task_only = [flag for flag, value in (("--split", args.split), ("--predictions", args.predictions),
+                                          ("--max-examples", args.max_examples or None),
+                                          ("--squad-seed", args.squad_seed)) if value is not None]
+    if task_only:
+        raise ConfigError(f"{', '.join(task_only)} belong(s) to task evaluation (--task), not to a language model's",
+                          "add --task NAME, or drop them")
     missing = [flag for flag, value in (("--data", args.data), ("--tgt-len", args.tgt_len), ("--mem-len", args.mem_len))
                if value is None]
     if missing:
@@ -298,11 +304,21 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def cmd_export(args: argparse.Namespace, extra: list[str]) -> None:
+    from pathlib import Path
+
     from .hub import load_checkpoint, save_pretrained
+    from .interop.hf_finetune import read_differently
+    from .models.heads import FineTuneModel
 
     _no_extra(extra)
     _check_out(args.out, replaces_dir=True)
+    if Path(args.out).resolve() == Path(args.checkpoint).resolve():
+        raise ConfigError(f"--out '{args.out}' is the checkpoint being exported, which the export would replace",
+                          "pass another directory")
     model, vocab = load_checkpoint(args.checkpoint)
+    if args.format == "hf" and isinstance(model, FineTuneModel):
+        for note in read_differently(model):
+            print(f"note: {note}", file=sys.stderr)
     save_pretrained(model, args.out, vocab, hf=args.format == "hf")
     _emit({"out": args.out, "format": args.format}, args.json, f"wrote {args.out}")
 
@@ -458,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--mem-len", type=int, default=None, help="LM: memory length")
     e.add_argument("--task", default=None, help="score a fine-tuned checkpoint on this task (genfeat.tasks.TASKS); "
                    "a GDAN run's OUT/final/d on squad_split (its run's dev and test articles)")
-    e.add_argument("--split", default="dev", help="--task: the split to score (default dev)")
+    e.add_argument("--split", default=None, help="--task: the split to score (default dev)")
     e.add_argument("--predictions", default=None,
                    help="--task: write one prediction per example here (GLUE: the submission TSV, index<TAB>prediction; "
                         "SQuAD: the official {id: answer} JSON; IMDB, RACE and others: uid<TAB>prediction, the "
@@ -466,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-examples", type=int, default=0,
                    help="--task: score a seeded subset of N examples, as the runner's data.max_eval_examples (a GDAN "
                         "discriminator: the first N questions; 0: all)")
+    e.add_argument("--squad-seed", type=int, default=None,
+                   help="--task squad_split: the seed of the article split (default: the one the checkpoint was "
+                        "trained on; a checkpoint fine-tuned elsewhere: 0)")
     e.add_argument("--clamp-len", type=int, default=None,
                    help="LM: relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
     e.add_argument("--batch-size", type=int, default=None,

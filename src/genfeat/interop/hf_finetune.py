@@ -116,10 +116,16 @@ def _class_names(hf_cfg: dict, n_out: int, where: str) -> list[str]:
 
 
 def _task_name(finetuning_task: Any, arch: str) -> str:
-    """The genfeat task a task model's head serves: its ``finetuning_task`` when a genfeat task (or already marked
-    ``hf:``), else ``hf:<its name>`` (``hf:<architecture>`` when it names none), a head from elsewhere."""
+    """The genfeat task a task model's head serves: its ``finetuning_task`` when it names a genfeat task (case, ``-``
+    and ``_`` aside: transformers' older GLUE scripts wrote "SST-2", "sts-b", "MNLI-MM"), or is already marked
+    ``hf:``; else ``hf:<its name>`` (``hf:<architecture>`` when it names none), a head from elsewhere."""
     name = str(finetuning_task) if finetuning_task else ""
-    return name if name in TASKS or name.startswith("hf:") else f"hf:{name or arch}"
+    if name in TASKS or name.startswith("hf:"):
+        return name
+    key = name.lower().replace("-", "").replace("_", "")
+    key = "mnli" if key == "mnlimm" else key
+    known = {task.replace("_", ""): task for task in TASKS}
+    return known.get(key, f"hf:{name or arch}")
 
 
 def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str, n_out: int, dropout: float,
@@ -138,7 +144,7 @@ def _task_model(arch: str, backbone_name: str, backbone, hf_cfg: dict, kind: str
         doc_stride=hf_cfg.get("genfeat_doc_stride", max_len // 2),
         max_query_len=hf_cfg.get("genfeat_max_query_len", FineTuneConfig.max_query_len),
         max_segments=hf_cfg.get("genfeat_max_segments", 1),
-        both_orders=hf_cfg.get("genfeat_both_orders", False),
+        both_orders=hf_cfg.get("genfeat_both_orders", False), squad_seed=hf_cfg.get("genfeat_squad_seed"),
         label_names=_class_names(hf_cfg, n_out, str(where)) if kind == "classification" else []), backbone)
 
 
@@ -148,7 +154,23 @@ def _input_fields(model: FineTuneModel) -> dict:
     cfg = model.config
     return {"genfeat_max_len": cfg.max_len, "genfeat_doc_stride": cfg.doc_stride,
             "genfeat_max_query_len": cfg.max_query_len, "genfeat_max_segments": cfg.max_segments,
-            "genfeat_both_orders": cfg.both_orders}
+            "genfeat_both_orders": cfg.both_orders,
+            **({} if cfg.squad_seed is None else {"genfeat_squad_seed": cfg.squad_seed})}
+
+
+def read_differently(model: FineTuneModel) -> list[str]:
+    """What transformers' task model of an export computes otherwise than ``model``, one sentence each (``genfeat
+    export`` prints them; genfeat reads the export back as trained, from the fields of :func:`_input_fields`)."""
+    cfg, notes = model.config, []
+    spec = TASKS.get(cfg.task)
+    if cfg.both_orders and spec is not None and spec.transform == "similarity":
+        notes.append(f"the model adds the states of both orders of a {cfg.task} pair (both_orders); transformers' "
+                     "task model reads one order, so its scores differ from genfeat's")
+    if cfg.max_segments > 1:
+        notes.append(f"the model reads texts longer than {cfg.max_len} tokens as up to {cfg.max_segments} segments, "
+                     "the earlier ones as memory; transformers' task model reads one segment, so its scores of long "
+                     "texts differ from genfeat's")
+    return notes
 
 
 def _label_fields(model: FineTuneModel) -> dict:

@@ -601,6 +601,7 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
 
             fields["pad_id"] = special_ids(vocab).get("pad")
         backbone = build_model(arch, fields)
+    check_fit(cfg, arch, backbone.config)
     head = HeadConfig(kind=_head_kind(spec), n_labels=spec.n_labels,
                       d_model=backbone.config.d_model, pool=get_adapter(arch).pool, dropout=cfg.head_dropout,
                       answerability=spec.unanswerable,
@@ -610,7 +611,7 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
     ft = FineTuneConfig(task=spec.name, backbone=arch, backbone_config=to_dict(backbone.config), head=head,
                         max_len=d.max_len, doc_stride=d.doc_stride, max_query_len=d.max_query_len,
                         max_segments=d.max_segments,
-                        both_orders=d.both_orders)
+                        both_orders=d.both_orders, squad_seed=d.squad_seed if spec.article_split else None)
     return FineTuneModel(ft, backbone), vocab
 
 
@@ -742,6 +743,9 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                           "1.1-style data")
     dev_ex = load_task(spec, d.dev_split, seed=d.squad_seed)
     dev_ex = subset(dev_ex, d.max_eval_examples)
+    # the test split is read now, so that a missing or malformed file is refused before the training, not after it
+    test_ex = None if d.test_split is None else subset(load_task(spec, d.test_split, seed=d.squad_seed),
+                                                       d.max_eval_examples)
     correlations = [m for m in spec.metrics if m in CORRELATION_METRICS]
     if correlations and len(dev_ex) < 2 and any(ex.label is not None for ex in dev_ex):
         raise ConfigError(f"task '{spec.name}' is scored by {correlations[0]} correlation, which needs 2 or more examples, "
@@ -750,7 +754,6 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     # before that leaves no empty folder
     seed_everything(seed)
     model, vocab = build_model_and_vocab(cfg, spec, train_ex, out_dir, resume)
-    check_fit(cfg, model.config.backbone, model.backbone.config)
     encoder = encoder_for(model, vocab)
     fmt = encoder.fmt
     train_items, train_cut = encode_items(train_ex, spec, encoder, model.config, d.train_split)
@@ -786,9 +789,7 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                                  "train_examples": len(train_ex), "train_truncated": train_cut,
                                  "dev_examples": len(dev_ex), "dev_truncated": dev_cut, "new_params": new_params,
                                  **evaluate(model)}
-    if d.test_split is not None:
-        test_ex = load_task(spec, d.test_split, seed=d.squad_seed)
-        test_ex = subset(test_ex, d.max_eval_examples)
+    if test_ex is not None:
         test_items, test_cut = encode_items(test_ex, spec, encoder, model.config, d.test_split)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
@@ -799,19 +800,50 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
 
 
 # ------------------------------------------------------------------------------------ genfeat evaluate
+def _article_seed(model: FineTuneModel, spec: TaskSpec, checkpoint: str | Path, requested: int | None) -> int:
+    """The seed of the article split to score (TaskSpec.article_split): the one the model was trained on, as its
+    config (or, for checkpoints saved before it did, its run's recipe) records it; ``requested`` (--squad-seed) must
+    agree with it. A head from elsewhere or for another task reads ``requested`` or 0.
+
+    Raises:
+        ConfigError: ``requested`` differs from the recorded seed (the other split's dev and test articles
+            hold questions the model was trained on), or a head trained on this task records none and none
+            is requested.
+    """
+    from ..framework.checkpoint import CONFIG_FILE, read_config
+
+    if not spec.article_split:
+        return 0 if requested is None else requested
+    recorded = model.config.squad_seed
+    if recorded is None and (Path(checkpoint) / CONFIG_FILE).is_file():
+        recipe = read_config(checkpoint).get("recipe")
+        data = recipe.get("data") if isinstance(recipe, dict) else None
+        recorded = data.get("squad_seed", 0) if isinstance(data, dict) else None
+    if recorded is not None and requested is not None and requested != recorded:
+        raise ConfigError(f"--squad-seed is {requested}, but '{checkpoint}' was trained on the article split of seed "
+                          f"{recorded}: the dev and test articles of seed {requested} hold questions it was trained "
+                          "on", f"drop --squad-seed (or pass {recorded})")
+    if recorded is None and requested is None and model.config.task == spec.name:
+        raise ConfigError(f"'{checkpoint}' was fine-tuned on {spec.name} but does not record the seed of its article "
+                          "split, so its own dev and test articles are not known", "pass --squad-seed S, the "
+                          "data.squad_seed of the run that trained it (0 unless the recipe set it)")
+    return recorded if recorded is not None else (0 if requested is None else requested)
+
+
 def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predictions_file: str | Path | None = None,
                   batch_size: int = 64, device: str = "cpu", max_examples: int = 0,
                   squad_seed: int | None = None) -> dict[str, Any]:
     """Score a fine-tuned checkpoint on a task split (``genfeat evaluate --task``). A GDAN discriminator
     (``OUT/final/d`` of method gdan) is scored by :func:`genfeat.methods.gdan.evaluate_reader` instead.
-    ``squad_seed``: the seed of the SQuAD article split (None: the one the checkpoint's run recorded, else 0), so
-    that the run's own dev and test articles are scored.
+    ``squad_seed``: the seed of the SQuAD article split (None: the one the checkpoint records; see
+    :func:`_article_seed`), so that the run's own dev and test articles are scored.
 
     Returns:
         The task's metrics (none for an unlabelled split), ``examples``, ``truncated`` and ``seconds``.
     Raises:
         CheckpointError: not a fine-tuned checkpoint, a head that cannot serve the task, a tokenizer that
             does not match the backbone.
+        ConfigError: a ``squad_seed`` the checkpoint contradicts (:func:`_article_seed`).
     """
     from ..framework.checkpoint import CONFIG_FILE, read_config
     from ..framework.trainer import resolve_device
@@ -844,11 +876,7 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
                               "export or copy it again if the file was damaged")
     align_labels(model, spec, checkpoint)
     check_vocab(model.backbone, vocab, str(checkpoint))
-    if squad_seed is None:   # the article split the run used, as its recipe recorded it (0: SquadSplit's default)
-        recorded = read_config(checkpoint).get("recipe") if (Path(checkpoint) / CONFIG_FILE).is_file() else None
-        data = recorded.get("data") if isinstance(recorded, dict) else None
-        squad_seed = data.get("squad_seed", 0) if isinstance(data, dict) else 0
-    examples = load_task(spec, split, seed=squad_seed)
+    examples = load_task(spec, split, seed=_article_seed(model, spec, checkpoint, squad_seed))
     if max_examples and predictions_file is not None and spec.reader == "tsv":
         raise ConfigError("--predictions writes a GLUE submission file, which numbers every example of the split, "
                           "but --max-examples scores a subset", "drop --max-examples to write predictions")

@@ -467,6 +467,9 @@ class FineTuneConfig(Config):
     both_orders: bool = True
     """Similarity tasks: encode A;B and B;A and add their summary states (GPT-1 Fig. 1); false: A;B only,
     as BERT's and XLNet's own fine-tuning and the Hugging Face task models read a pair."""
+    squad_seed: int | None = None
+    """Tasks split by article (TaskSpec.article_split: ``squad_split``): the seed of the split the head was trained
+    on, so that evaluation scores that run's own dev and test articles; None: not trained on such a split here."""
     label_names: list[str] = field(default_factory=list)
     """Classification heads from elsewhere: what each output class means, in class-id order (a Hugging Face
     task model's ``id2label``, transformers' ``LABEL_0``... defaults included), matched against the task's labels

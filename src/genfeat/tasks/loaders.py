@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 import re
 import tarfile
@@ -56,10 +57,13 @@ def load_task(task: str | TaskSpec, split: str, download: bool = True, seed: int
 def _label(spec: TaskSpec, raw: str, where: str) -> int | float:
     if spec.regression:
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            raise DataError(f"{where}: score {raw!r} of task '{spec.name}' is not a number",
-                            "fix or remove the row") from None
+            value = math.nan
+        if not math.isfinite(value):   # float() reads "nan" and "inf": a NaN loss, a NaN correlation
+            raise DataError(f"{where}: score {raw!r} of task '{spec.name}' is not a finite number",
+                            "fix or remove the row")
+        return value
     if raw not in spec.labels:
         raise DataError(f"{where}: label {raw!r} is not one of task '{spec.name}''s labels {spec.labels}",
                         "fix or remove the row, or use the task whose label set it belongs to")
