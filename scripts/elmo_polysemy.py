@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from genfeat.errors import GenfeatError, DataError
+from genfeat.errors import ConfigError, DataError, GenfeatError
 
 
 def sentences_with(lines: list[str], word: str, n: int, seed: int) -> list[list[str]]:
@@ -64,24 +64,6 @@ def static_neighbours(table: torch.Tensor, words: list[str], word: str, k: int) 
     return [(words[j], float(s)) for s, j in zip(top.values.tolist(), top.indices.tolist())]
 
 
-def read_word2vec_text(path: Path) -> tuple[list[str], torch.Tensor]:
-    """A word2vec text file (first line ``count dim``, then ``word v_1 .. v_dim`` per line)."""
-    words, rows = [], []
-    with open(path, encoding="utf-8") as f:
-        header = f.readline().split()
-        if len(header) != 2 or not all(h.isdigit() for h in header):
-            raise DataError(f"'{path}' does not start with a 'count dim' line", "pass a word2vec text-format file")
-        dim = int(header[1])
-        for line in f:
-            parts = line.rstrip().split(" ")
-            if len(parts) != dim + 1:
-                raise DataError(f"'{path}' has a line of {len(parts) - 1} numbers, expected {dim}",
-                                "pass an intact word2vec text-format file")
-            words.append(parts[0])
-            rows.append([float(v) for v in parts[1:]])
-    return words, torch.tensor(rows)
-
-
 def context(sentence: list[str], word: str, width: int = 8) -> str:
     """The sentence around the first ``word`` (``width`` tokens each side), the word in [brackets]."""
     i = sentence.index(word)
@@ -93,6 +75,7 @@ def context(sentence: list[str], word: str, width: int = 8) -> str:
 def main(argv: list[str] | None = None) -> int:
     from genfeat.methods.bert import text_path
     from genfeat.methods.elmo import load_elmo
+    from genfeat.models.word2vec import load_word2vec_format
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True, help="an ELMo checkpoint directory (OUT/final or OUT/last)")
@@ -102,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=3, help="query sentences shown per word")
     p.add_argument("--k", type=int, default=4, help="neighbours shown per query")
     p.add_argument("--layer", type=int, default=-1, help="biLM layer of the contextual vectors (0: token layer)")
-    p.add_argument("--word2vec", type=Path, help="a word2vec text-format file for the static neighbours too")
+    p.add_argument("--word2vec", type=Path, help="word vectors (word2vec text or binary format, e.g. a genfeat "
+                   "word2vec run's vectors.bin) for the static neighbours too")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-center", dest="center", action="store_false", help="cosines of the raw vectors")
     args = p.parse_args(argv)
@@ -114,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
             token_table = torch.cat([model.tokens(model.spelling[i:i + 2048]) for i in range(0, len(words), 2048)])
         if args.center:
             token_table = token_table - token_table.mean(0)
-        w2v = read_word2vec_text(args.word2vec) if args.word2vec else None
+        if not -(model.config.n_layer + 1) <= args.layer <= model.config.n_layer:
+            raise ConfigError(f"--layer is {args.layer}, but the biLM has layers 0 (tokens) to {model.config.n_layer}",
+                              f"pass --layer 0 to {model.config.n_layer} (or -1, the top one)")
+        w2v = None
+        if args.word2vec:   # text or binary, as genfeat's word2vec, word2vec.c and gensim write them
+            w2v_words, w2v_rows = load_word2vec_format(args.word2vec)
+            w2v = (w2v_words, torch.from_numpy(w2v_rows).float())
         if w2v is not None and args.center:
             w2v = (w2v[0], w2v[1] - w2v[1].mean(0))
         for word in args.words:

@@ -242,3 +242,100 @@ def test_a_method_that_runs_in_one_process_refuses_torchrun_with_one_line(recipe
                           env={**os.environ, "WORLD_SIZE": "2", "GENFEAT_DATA": str(tmp_path / "no_data")})
     assert_one_line_error(proc, f"{what} does not run under torchrun", "run it as one process")
     assert not (out / "last").exists() and not (out / "results.json").exists()
+
+
+def test_a_reader_that_closes_stdout_early_ends_the_command_without_a_traceback(tmp_path):
+    """``genfeat ... | head``: the reader closing the pipe ended in a BrokenPipeError traceback."""
+    script = tmp_path / "chatty.py"
+    script.write_text("import sys; from genfeat import cli\n"
+                      "cli.cmd_export = lambda args, extra: [print('x' * 1000) for _ in range(10000)]\n"
+                      "sys.exit(cli.main(['export', '--checkpoint', 'a', '--out', 'b']))\n")
+    proc = subprocess.run(f"'{sys.executable}' '{script}' | head -c 10", shell=True, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout == "x" * 10
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+def test_generate_questions_refuses_to_write_over_its_paragraphs(tmp_path, capsys):
+    from genfeat.cli import main
+
+    paragraphs = tmp_path / "paras.jsonl"
+    paragraphs.write_text('{"context": "Paris is the capital of France."}\n')
+    code = main(["generate-questions", "--checkpoint", str(tmp_path / "none"), "--paragraphs", str(paragraphs),
+                 "--out", str(paragraphs)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is the --paragraphs file, which the questions would replace" in err
+    assert paragraphs.read_text() == '{"context": "Paris is the capital of France."}\n'
+
+
+def _txl(path, words, **kw):
+    import genfeat
+    from genfeat.data.vocab import SymbolVocab
+    from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+
+    torch.manual_seed(0)
+    vocab = SymbolVocab([*words, "<eos>"], "word")
+    model = TransformerXLLMHeadModel(TransformerXLConfig(n_token=len(vocab), d_model=16, n_head=2, d_head=8,
+                                                         d_inner=32, n_layer=1, mem_len=4, **kw))
+    genfeat.save_pretrained(model, path, vocab)
+    return path
+
+
+def test_recl_refuses_models_of_other_vocabularies_and_a_name_given_twice(tmp_path, capsys):
+    """The data is encoded once, with the first model's vocabulary: a model with another vocabulary of the same size
+    was scored on ids that mean other tokens to it (a table, exit 0); a NAME given twice dropped the first model."""
+    from genfeat.cli import main
+
+    a = _txl(tmp_path / "a", [f"w{i}" for i in range(20)])
+    b = _txl(tmp_path / "b", [f"v{i}" for i in range(20)])
+    (tmp_path / "text.txt").write_text(" ".join(f"w{i % 20}" for i in range(400)) + "\n")
+    common = ["--data", str(tmp_path / "text.txt"), "--contexts", "4", "8", "--seg-len", "4", "--out",
+              str(tmp_path / "recl")]
+    capsys.readouterr()
+    assert main(["recl", "--model", f"a={a}", "--model", f"b={b}", *common]) == 2
+    err = capsys.readouterr().err
+    assert "model 'b' has another vocabulary (21 types) than model 'a' (21 types)" in err
+    assert main(["recl", "--model", f"a={a}", "--model", f"a={a}", *common]) == 2
+    assert "--model names 'a' twice" in capsys.readouterr().err
+    assert not (tmp_path / "recl").exists()
+
+
+def test_learned_positions_bound_the_segment_length(tmp_path, capsys):
+    """absolute_learned models index a table of max_klen positions: longer segments were an IndexError /
+    RuntimeError traceback (evaluate, recl, a recipe, generate's prompt); max_klen 0 and clamp_len below -1 are
+    refused; generate reads a long prompt as several segments with memory."""
+    from genfeat.cli import main
+    from genfeat.generation import generate
+    from genfeat.models.transformer_xl import TransformerXLConfig
+
+    words = [f"w{i}" for i in range(20)]
+    ckpt = _txl(tmp_path / "al", words, attn_type="absolute_learned", max_klen=8)
+    (tmp_path / "text.txt").write_text(" ".join(f"w{i % 20}" for i in range(400)) + "\n")
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--data", str(tmp_path / "text.txt"), "--tgt-len", "16",
+                 "--mem-len", "4"]) == 2
+    assert "--tgt-len is 16, but the model learned positions for segments of at most 8 tokens" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--data", str(tmp_path / "text.txt"), "--tgt-len", "8",
+                 "--mem-len", "4"]) == 0
+    assert main(["recl", "--model", f"al={ckpt}", "--data", str(tmp_path / "text.txt"), "--contexts", "4", "8",
+                 "--seg-len", "12", "--out", str(tmp_path / "recl")]) == 2
+    assert "--seg-len is 12" in capsys.readouterr().err
+    from genfeat.hub import load_checkpoint
+
+    model, _ = load_checkpoint(ckpt)
+    with pytest.raises(ValueError, match="a segment of 9 tokens is longer than the 8 learned positions"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    out = generate(model, torch.arange(20) % 20, 5, top_k=1)             # a 20-token prompt: 3 segments
+    assert out.shape == (5,)
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", " ".join(words), "--length", "3"]) == 0
+    for bad, needle in (({"max_klen": 0}, "max_klen must be >= 1"), ({"clamp_len": -5}, "clamp_len >= -1")):
+        with pytest.raises(ValueError, match=needle):
+            TransformerXLConfig(**bad)
+    recipe = tmp_path / "al.yaml"
+    recipe.write_text(RECIPE.replace("mem_len: 8}", "mem_len: 8, attn_type: absolute_learned, max_klen: 6}"))
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--out", str(tmp_path / "run")]) == 2
+    assert "data.tgt_len + data.ext_len is 8, but model.max_klen 6 learned positions" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main(["run", str(recipe), "--out", str(tmp_path / "run2"), "--eval.clamp_len", "-5"]) == 2
+    assert "eval.clamp_len must be >= -1" in capsys.readouterr().err

@@ -56,3 +56,21 @@ def test_a_word_the_corpus_lacks_is_one_error_line(checkpoint, capsys):
     code = polysemy.main(["--checkpoint", str(checkpoint / "run" / "final"), "--corpus",
                           str(checkpoint / "text.txt"), "--words", "zebra"])
     assert code == 2 and "no sentence of the corpus holds 'zebra'" in capsys.readouterr().err
+
+
+def test_binary_word_vectors_read_and_a_layer_out_of_range_is_one_error_line(checkpoint, capsys):
+    """A genfeat word2vec run's vectors.bin (binary, its default export) gives the same static neighbours as the
+    text file; a --layer the biLM lacks is refused (was an IndexError traceback)."""
+    import numpy as np
+
+    from genfeat.models.word2vec import save_word2vec_format
+
+    save_word2vec_format(checkpoint / "vectors.bin", ["bank", "river", "fire"],
+                         torch.tensor(np.array([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0]], dtype=np.float32)), True)
+    code = polysemy.main(["--checkpoint", str(checkpoint / "run" / "final"), "--corpus", str(checkpoint / "text.txt"),
+                          "--words", "bank", "--queries", "1", "--k", "1", "--word2vec", str(checkpoint / "vectors.bin")])
+    assert code == 0 and "static, word2vec: river (0.99), fire (-1.00)" in capsys.readouterr().out
+    code = polysemy.main(["--checkpoint", str(checkpoint / "run" / "final"), "--corpus", str(checkpoint / "text.txt"),
+                          "--words", "bank", "--layer", "9"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--layer is 9, but the biLM has layers 0 (tokens) to" in err

@@ -138,3 +138,14 @@ def test_labelling_rate_outside_0_1_is_a_config_error(rate):
 def test_missing_squad_file_is_named(tmp_path):
     with pytest.raises(DataError, match="nope.json' does not exist"):
         load_gdan_data(GDANDataConfig(squad_file=str(tmp_path / "nope.json")))
+
+
+@pytest.mark.parametrize("articles", [0, 1, 3])
+def test_a_squad_file_too_small_for_the_split_is_one_data_error(tmp_path, articles):
+    """An empty or few-article file left a part of the split empty: sampling the labelled questions raised
+    "Sample larger than population", or the batch stream "has no examples", naming neither file nor cause."""
+    record = json.loads(Path(_squad_file(tmp_path)).read_text())
+    record["data"] = record["data"][:articles]
+    (tmp_path / "squad.json").write_text(json.dumps(record))
+    with pytest.raises(DataError, match=rf"squad.json' \({articles} articles\) leaves no .* on the article split"):
+        load_gdan_data(GDANDataConfig(squad_file=str(tmp_path / "squad.json"), wikitext=[], unlabelled_share=0.25))

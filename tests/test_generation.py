@@ -229,3 +229,26 @@ def test_cli_samples_gpt_with_its_cache_and_transformer_xl_with_memory(tmp_path,
     code, err = run("--checkpoint", str(tmp_path / "bert"))
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "holds a bert model, not transformer_xl or gpt. fix: pass a transformer_xl or gpt checkpoint" in err
+
+
+def test_a_learned_position_model_reads_a_long_prompt_as_segments_with_memory(monkeypatch):
+    """attn_type absolute_learned has max_klen positions: a longer prompt is fed max_klen tokens at a time, the
+    earlier segments as memory, as the model reads any text; every step's distribution equals that reading."""
+    m = model(mem_len=64, attn_type="absolute_learned", max_klen=8)
+    seen = []
+    monkeypatch.setattr(generation, "sample_top_k",
+                        lambda logits, *a: (seen.append(logits.clone()), sample_top_k(logits, *a))[1])
+    prompt = torch.randint(0, 50, (20,), generator=torch.Generator().manual_seed(1))
+    out = generate(m, prompt, 4, top_k=1)
+    with torch.no_grad():
+        mems, expected = None, []
+        for start in range(0, 19, 8):                              # 19 = all but the last prompt token
+            mems = m(prompt[None, start:min(start + 8, 19)], mems=mems, mem_len=64, ext_len=0).mems
+        token = prompt[None, -1:]
+        for _ in range(4):
+            step = m(token, mems=mems, mem_len=64, ext_len=0, return_log_probs=True)
+            mems, lp = step.mems, step.log_probs[:, -1]
+            expected.append(lp)
+            token = lp.argmax(-1, keepdim=True)
+    torch.testing.assert_close(torch.cat(seen), torch.cat(expected), rtol=1e-5, atol=1e-5)
+    assert out.tolist() == [int(e.argmax()) for e in expected]

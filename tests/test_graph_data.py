@@ -162,3 +162,10 @@ def test_class_without_labelled_node():
     parts["y"] = np.eye(2)[[0, 0]]
     with pytest.raises(DataError, match=r"class\(es\) \[1\]"):
         build_planetoid("toy", parts)
+
+
+def test_a_pickle_calling_an_allowed_global_with_bad_arguments_is_a_data_error():
+    # _codecs.encode is allowed (numpy's Python-2 buffers); an unknown codec raised LookupError past the checks
+    payload = b"c_codecs\nencode\n(X\x01\x00\x00\x00xX\x03\x00\x00\x00zzztR."
+    with pytest.raises(DataError, match=r"'evil.pkl' is not a readable pickle \(unknown encoding: zzz\)"):
+        restricted_load(payload, "evil.pkl")

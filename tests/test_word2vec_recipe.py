@@ -115,3 +115,39 @@ def test_hierarchical_softmax_recipe(tmp_path):
     per_pair = [r["hs"] / r["hs/pairs"] for r in logs]
     assert 1.0 < per_pair[0] / np.log(2) < 20
     assert per_pair[-1] < per_pair[0] - 0.1 and result["steps"] >= 1
+
+
+@pytest.mark.parametrize("line, needle", [("the\tof\tnotanumber", "line 1 ('the\\tof\\tnotanumber') is not word1<TAB>word2<TAB>score"),
+                                          ("the\tof\tnan", "with a finite score"), ("the\tof", "is not word1")])
+def test_a_malformed_similarity_file_is_refused_before_training(tmp_path, capsys, line, needle):
+    """The evaluation files are read before the training (a bad one used to surface after it, as a traceback for a
+    score that is not a number, leaving OUT without final/ or vectors)."""
+    bad = tmp_path / "sim.tsv"
+    bad.write_text(line + "\n")
+    one_error_line(genfeat(capsys, "run", str(RECIPE), "--out", str(tmp_path / "out"), "--similarity_file", str(bad),
+                           "--no-progress"), needle)
+    assert not (tmp_path / "out").exists()
+    one_error_line(genfeat(capsys, "run", str(RECIPE), "--out", str(tmp_path / "out"), "--analogy_file",
+                           str(tmp_path / "none.txt"), "--no-progress"), "cannot read evaluation file")
+    assert not (tmp_path / "out").exists()
+
+
+def test_figures_that_cannot_be_computed_are_null_and_seeds_still_summarise(tmp_path, capsys):
+    """A corpus sharing too few words with wordsim353 / questions-words gives no Spearman or analogy figure: results.json
+    writes null (standard JSON, not NaN), the seeds' summary of it is null, and --resume reads such a file back
+    (the summary had raised a traceback, at the run and again at every resume)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("zeta eta theta iota\n" * 20)
+    args = ["run", str(RECIPE), "--out", str(tmp_path / "out"), "--corpus", f"[{corpus}]", "--min_count", "1",
+            "--epochs", "1", "--seeds", "2", "--json", "--no-progress"]
+    code, out, err = genfeat(capsys, *args)
+    assert code == 0, err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["spearman_mean"] is None and summary["analogy_median"] is None
+    assert summary["vocab_size_mean"] == 4.0
+    for seed in (0, 1):
+        text = (tmp_path / "out" / f"seed{seed}" / "results.json").read_text()
+        assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))["spearman"] is None
+    code, out, err = genfeat(capsys, *args, "--resume")
+    assert code == 0, err
+    assert json.loads(out.splitlines()[-1])["spearman_std"] is None

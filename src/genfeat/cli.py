@@ -25,11 +25,12 @@ import time
 from typing import Any
 
 from .errors import CheckpointError, ConfigError, DataError, GenfeatError
+from .io import json_safe
 
 
 def _emit(result: dict[str, Any], as_json: bool, human: str) -> None:
-    if as_json:
-        print(json.dumps(result))  # in the order the command built it (run: the summary last)
+    if as_json:   # in the order the command built it (run: the summary last); NaN as null
+        print(json.dumps(json_safe(result), allow_nan=False))
     else:
         print(human)
 
@@ -81,6 +82,14 @@ def _check_out(out: str | None, replaces_dir: bool = False, flag: str = "--out",
     if replaces_dir and path.is_dir() and any(path.iterdir()) and not (path / CONFIG_FILE).is_file():
         raise ConfigError(f"{flag} '{out}' is a directory that holds other files, which writing the model there "
                           "would delete", "pass a new directory, or an existing model directory to replace")
+
+
+def _check_segment(model, length: int, flag: str) -> None:
+    """Refuse segments longer than a learned-position Transformer-XL (attn_type absolute_learned) has positions."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "attn_type", None) == "absolute_learned" and length > cfg.max_klen:
+        raise ConfigError(f"{flag} is {length}, but the model learned positions for segments of at most {cfg.max_klen} "
+                          "tokens (attn_type absolute_learned, max_klen)", f"pass {flag} {cfg.max_klen} or less")
 
 
 OOV_WARN_RATE = 0.05
@@ -203,6 +212,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, vocab = _load_lm(args.checkpoint, args.device, data=args.data)
+    _check_segment(model, args.tgt_len, "--tgt-len")
     from .eval.lm import evaluate_lm
 
     tokens, oov_rate = _eval_tokens(args.data, vocab, args.max_tokens)
@@ -283,16 +293,24 @@ def cmd_recl(args: argparse.Namespace, extra: list[str]) -> None:
              max_tokens=(0, "pass 0 (all tokens) or a positive count"))
     check_recl_args(args.contexts, args.r, args.delta)
     _check_out(args.out)
-    models, vocab0 = {}, None
+    from .hub import vocab_fingerprint
+
+    models, vocab0, first = {}, None, None
     for item in args.model:
         if "=" not in item:
             raise ConfigError(f"--model '{item}' is not NAME=CHECKPOINT", "write e.g. --model xl=runs/ptb/final")
         name, path = item.split("=", 1)
+        if name in models:
+            raise ConfigError(f"--model names '{name}' twice", "give each model its own NAME")
         model, vocab = _load_lm(path, args.device, data=args.data)
-        if vocab0 is not None and vocab is not None and len(vocab) != len(vocab0):
-            raise ConfigError(f"model '{name}' has a vocabulary of {len(vocab)} types, the others {len(vocab0)}",
+        _check_segment(model, args.seg_len, "--seg-len")
+        # the data is encoded once, with the first vocabulary: every model must read those ids as the same tokens
+        if vocab0 is not None and vocab is not None and vocab_fingerprint(vocab) != vocab_fingerprint(vocab0):
+            raise ConfigError(f"model '{name}' has another vocabulary ({len(vocab)} types) than model '{first}' "
+                              f"({len(vocab0)} types), so the data's token ids would mean other tokens to it",
                               "compare models trained on the same corpus and vocabulary")
-        vocab0 = vocab0 or vocab
+        if vocab0 is None and vocab is not None:
+            vocab0, first = vocab, name
         models[name] = model
     tokens, oov_rate = _eval_tokens(args.data, vocab0, args.max_tokens)
     for model in models.values():
@@ -372,6 +390,9 @@ def cmd_generate_questions(args: argparse.Namespace, extra: list[str]) -> None:
     if args.out is None:
         args.out = Path(args.paragraphs).stem + ".questions.jsonl"
     _check_out(args.out, directory=False)
+    if Path(args.out).resolve() == Path(args.paragraphs).resolve():
+        raise ConfigError(f"--out '{args.out}' is the --paragraphs file, which the questions would replace",
+                          "pass another --out")
     cache = {} if args.chunk_cache is None else {"cache_dir": args.chunk_cache}
     result = generate_questions(args.checkpoint, args.paragraphs, args.out, beam=args.beam, max_len=args.max_len,
                                 chunks=ChunkConfig(backend=args.chunks, **cache), per_paragraph=args.per_paragraph,
@@ -614,6 +635,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of stdout closed it early (``| head``): what it read is what it wanted; stdout goes to
+        # /dev/null so that the interpreter's last flush does not fail again; 141 as a shell's 128 + SIGPIPE
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:
         # a safety net behind the commands' own checks of their paths: the path and the system's reason
         # (a path in the way or not permitted; anything else, e.g. a full disk or an I/O error, keeps its traceback)

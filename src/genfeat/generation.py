@@ -88,8 +88,14 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     mems, cache = None, model.new_cache() if mem_len > 0 else None
     with torch.no_grad():
         fed = None if pad is None else pad[:, :-1]        # the padding among the positions fed so far
-        if ids.shape[1] > 1:
-            mems = model(ids[:, :-1], mem_len=mem_len, ext_len=0, cache=cache, key_padding=fed).mems
+        n = ids.shape[1] - 1
+        # one segment, but a learned-position model reads at most max_klen tokens a segment: several, with memory
+        step = model.config.max_klen if model.config.attn_type == "absolute_learned" else max(n, 1)
+        for start in range(0, n, step):
+            end, m = min(start + step, n), mems[0].shape[1] if mems else 0
+            keys = None if fed is None else fed[:, start - m:end]
+            mems = model(ids[:, start:end], mems=mems, mem_len=mem_len, ext_len=0, cache=cache,
+                         key_padding=keys).mems
         token = ids[:, -1:]
         out = []
         for _ in range(length):

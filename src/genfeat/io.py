@@ -13,6 +13,7 @@ the umask), so results, checkpoints and plots stay readable by whoever may read 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -140,7 +141,19 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float (a figure that could not be computed, e.g. a correlation over fewer
+    than two pairs) replaced by None, so that it serialises as standard JSON (``null``), not as ``NaN``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_results(out_dir: str | os.PathLike, figures: dict[str, Any]) -> None:
     """A run's figures as OUT/results.json, in the order the method reports them (not sorted: a resumed run's summary
-    follows the order of the figures it reads back)."""
-    write_text_atomic(Path(out_dir) / "results.json", json.dumps(figures, indent=2) + "\n")
+    follows the order of the figures it reads back); a figure that could not be computed is ``null``."""
+    write_text_atomic(Path(out_dir) / "results.json", json.dumps(json_safe(figures), indent=2, allow_nan=False) + "\n")

@@ -18,8 +18,10 @@ from; only such a recipe can be the ``pretrain`` stage of a fine-tuning recipe (
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
+import math
 import os
 import pkgutil
 import re
@@ -51,22 +53,47 @@ class MethodSpec:
     resume_free: tuple[str, ...] = ()
     """Recipe fields besides the ``train`` section (dotted names) a ``--resume`` may change: settings of the loop
     and its outputs (threads, checkpointing, pictures), not of what is trained (:func:`_check_resume_identity`)."""
+    inputs: tuple[str, ...] = ()
+    """Recipe fields (dotted names) that name a model file or directory the run reads (an init checkpoint, a density
+    model, word vectors): the run's record keeps a digest of its contents (:func:`input_digests`), so that a
+    ``--resume`` refuses other contents at the same path (the steps after it would train against another model)."""
 
 
 _METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, config_cls: type, pretraining: bool = False,
-                    resume_free: tuple[str, ...] = ()) -> Callable[[Runner], Runner]:
+def register_method(name: str, config_cls: type, pretraining: bool = False, resume_free: tuple[str, ...] = (),
+                    inputs: tuple[str, ...] = ()) -> Callable[[Runner], Runner]:
     """Register ``fn(cfg, *, seed, out_dir, progress, resume) -> dict[str, float]`` as method ``name``
-    (``pretraining``: it writes OUT/final, a backbone a fine-tuning recipe can start from; ``resume_free``:
-    :attr:`MethodSpec.resume_free`)."""
+    (``pretraining``: it writes OUT/final, a backbone a fine-tuning recipe can start from; ``resume_free`` and
+    ``inputs``: :attr:`MethodSpec.resume_free`, :attr:`MethodSpec.inputs`)."""
 
     def decorator(fn: Runner) -> Runner:
-        _METHODS[name] = MethodSpec(name, config_cls, fn, pretraining, resume_free)
+        _METHODS[name] = MethodSpec(name, config_cls, fn, pretraining, resume_free, inputs)
         return fn
 
     return decorator
+
+
+def _digest(path: Path) -> str | None:
+    """sha256 of a file, or of a directory's files (names and contents, in name order; sub-folders aside); None
+    when the path does not exist."""
+    if path.is_file():
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    if not path.is_dir():
+        return None
+    h = hashlib.sha256()
+    for file in sorted(p for p in path.iterdir() if p.is_file()):
+        h.update(file.name.encode() + b"\0" + (_digest(file) or "").encode())
+    return h.hexdigest()
+
+
+def input_digests(cfg: Any, fields: tuple[str, ...]) -> dict[str, str | None]:
+    """``{field: digest}`` of the model files or directories the recipe ``cfg`` names in ``fields``
+    (:attr:`MethodSpec.inputs`; a field left empty is left out)."""
+    values = dotted(to_dict(cfg))
+    return {name: _digest(Path(values[name])) for name in fields if values.get(name)}
 
 
 def recipe_record(cfg: Any) -> dict[str, Any]:
@@ -192,12 +219,17 @@ def check_resume_method(method: MethodSpec, out_dir: str | Path) -> None:
                           f"give this {method.name} run another --out")
 
 
-def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
+def summarise(runs: list[dict[str, float | None]]) -> dict[str, Any]:
     """Mean, standard deviation (sample, ddof=1; 0 for one run) and median of every figure all runs report (one
-    some seeds lack would be summarised over the others, silently), in the order of the first run's figures."""
+    some seeds lack would be summarised over the others, silently), in the order of the first run's figures. A
+    figure some run could not compute (None, as results.json's null, or NaN) summarises to None."""
     out: dict[str, Any] = {}
     for key in [k for k in runs[0] if all(k in run for run in runs)]:
-        values = [float(r[key]) for r in runs]
+        values = [r[key] for r in runs]
+        if any(v is None or not math.isfinite(v) for v in values):
+            out[f"{key}_mean"] = out[f"{key}_std"] = out[f"{key}_median"] = None
+            continue
+        values = [float(v) for v in values]
         out[f"{key}_mean"] = statistics.fmean(values)
         out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
         out[f"{key}_median"] = statistics.median(values)
@@ -401,6 +433,15 @@ def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], s
         shown = "; ".join(f"{k} {then.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
         raise ConfigError(f"--resume: the run in '{out}' was started with another recipe ({shown}"
                           f"{'; ...' if len(changed) > 4 else ''})", fix)
+    values = dotted(run["recipe"])
+    for name, digest in run.get("inputs", {}).items():
+        recorded = started.get("inputs", {}).get(name, digest)   # a record written before genfeat kept digests: none
+        if recorded != digest:
+            raise ConfigError(f"--resume: {name} '{values[name]}' holds other contents than when the run in '{out}' "
+                              f"started (sha256 {str(recorded)[:12]} then, "
+                              f"{digest[:12] if digest else 'missing'} now)",
+                              f"restore the {name} the run started from, or pass --overwrite to start it again with "
+                              "this one, or another --out")
     if len(seeds) == 1 and isinstance(started_seeds, list) and len(started_seeds) == 1 and started_seeds != seeds:
         raise ConfigError(f"--resume: the run in '{out}' is of seed {started_seeds[0]}, and --seed {seeds[0]} was asked",
                           f"pass --seed {started_seeds[0]} to continue it, or another --out for seed {seeds[0]}")
@@ -431,9 +472,9 @@ def read_figures(path: Path, what: str, redo: str) -> dict[str, float]:
     except ValueError as e:     # not JSON, or not UTF-8 text
         why = f"it is not JSON ({e})"
     else:
-        if isinstance(figures, dict) and all(isinstance(v, (int, float)) for v in figures.values()):
+        if isinstance(figures, dict) and all(v is None or isinstance(v, (int, float)) for v in figures.values()):
             return figures
-        why = "it is not a JSON object of figures (numbers)"
+        why = "it is not a JSON object of figures (numbers, or null for one that could not be computed)"
     raise CheckpointError(f"--resume: '{path}', {what}, cannot be read back: {why}",
                           f"{redo}, or pass --overwrite instead of --resume to start the whole run again")
 
@@ -527,6 +568,8 @@ def run_recipe(path: str | Path, overrides: dict[str, Any] | None = None, seeds:
         raise ConfigError("--resume continues the run in OUT, --overwrite replaces it", "pass one of them")
     base = Path(out_dir) if out_dir is not None else Path("runs") / Path(path).stem
     run = json.loads(json.dumps(recipe_record(cfg), default=str))   # as the first invocation's record keeps it
+    if method.inputs:
+        run["inputs"] = input_digests(cfg, method.inputs)
     if base.is_dir():
         _recover_replaced(base)
     if resume:

@@ -225,7 +225,8 @@ def load_gdan_data(cfg: GDANDataConfig, seed: int = 0) -> GDANData:
     """The split of the module docstring; ``seed`` draws the labelled subset at ``cfg.labelling_rate``.
 
     Raises:
-        DataError: a missing or malformed SQuAD file (naming the file and record).
+        DataError: a missing or malformed SQuAD file (naming the file and record), or one too small to give every
+            part of the split.
     """
     path, articles, uid_of = _squad_file(cfg)
     train = squad_articles(len(articles), "train", cfg.split_seed)
@@ -244,10 +245,17 @@ def load_gdan_data(cfg: GDANDataConfig, seed: int = 0) -> GDANData:
             unlabelled.append(_cut(Paragraph.of(f"{a}:{i}", par["context"]), cfg.max_paragraph_words))
     for split in cfg.wikitext:
         unlabelled += [_cut(p, cfg.max_paragraph_words) for p in wikitext_paragraphs(split, cfg.min_paragraph_words)]
+    dev, test = _questions(path, "dev", cfg.split_seed, uid_of), _questions(path, "test", cfg.split_seed, uid_of)
+    parts = {"labelled training questions": labelled, "unlabelled paragraphs": unlabelled, "dev questions": dev,
+             "test questions": test}
+    empty = [name for name, part in parts.items() if not part]
+    if empty:   # a small file: sampling or batching would fail later, naming neither the file nor the cause
+        raise DataError(f"SQuAD file '{path}' ({len(articles)} articles) leaves no {' and no '.join(empty)} on the "
+                        f"article split (split_seed {cfg.split_seed}, unlabelled_share {cfg.unlabelled_share})",
+                        "use a full SQuAD v1.1 file (the split is by article, so it needs several dozen)")
     keep = max(1, round(cfg.labelling_rate * len(labelled)))
     chosen = sorted(random.Random(seed).sample(range(len(labelled)), keep))
-    return GDANData([labelled[i] for i in chosen], unlabelled, _questions(path, "dev", cfg.split_seed, uid_of),
-                    _questions(path, "test", cfg.split_seed, uid_of))
+    return GDANData([labelled[i] for i in chosen], unlabelled, dev, test)
 
 
 def build_vocab(data: GDANData, min_freq: int = 2, max_size: int = 0) -> SymbolVocab:

@@ -115,7 +115,7 @@ def restricted_load(data: bytes, where: str = "<bytes>"):
         return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
     except DataError as e:
         raise DataError(f"'{where}': {e.cause}", e.fix) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, LookupError) as e:
         raise DataError(f"'{where}' is not a readable pickle ({e})", "replace it with the original file") from None
 
 

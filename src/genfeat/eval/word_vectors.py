@@ -19,6 +19,7 @@ The test files ship with gensim (``gensim/test/test_data``); :func:`gensim_test_
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -59,6 +60,46 @@ def _lines(path: str | Path) -> list[str]:
         raise DataError(f"cannot read evaluation file '{path}' ({e})", "pass a readable UTF-8 text file") from None
 
 
+def read_similarity_pairs(path: str | Path) -> list[tuple[str, str, float]]:
+    """The (word1, word2, score) rows of a ``word1<TAB>word2<TAB>score`` file (``#`` lines are comments).
+
+    Raises:
+        DataError: the file cannot be read, or a line that is not three fields with a finite score (named by line).
+    """
+    pairs = []
+    for number, line in enumerate(_lines(path), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        try:
+            score = float(parts[2]) if len(parts) == 3 else math.nan
+        except ValueError:
+            score = math.nan
+        if not math.isfinite(score):
+            raise DataError(f"'{path}' line {number} ({line[:60]!r}) is not word1<TAB>word2<TAB>score with a finite "
+                            "score", "pass a word-pair file such as wordsim353.tsv, or fix the line")
+        pairs.append((parts[0], parts[1], score))
+    return pairs
+
+
+def read_analogy_questions(path: str | Path) -> list[list[str]]:
+    """The ``a b c d`` questions (upper-cased) of a questions-words file (``: section`` lines are headers).
+
+    Raises:
+        DataError: the file cannot be read, or a line that is not four words (named by line).
+    """
+    questions = []
+    for number, line in enumerate(_lines(path), 1):
+        if not line.strip() or line.startswith(":"):
+            continue
+        parts = line.upper().split()
+        if len(parts) != 4:
+            raise DataError(f"'{path}' line {number} ({line[:60]!r}) is not 'a b c d'",
+                            "pass a questions-words file, or fix the line")
+        questions.append(parts)
+    return questions
+
+
 def word_similarity(vectors: Tensor, words: list[str], path: str | Path, restrict: int = 300000) -> dict[str, float]:
     """Spearman's ρ of cosine similarity against the human scores of a ``word1<TAB>word2<TAB>score`` file.
 
@@ -74,21 +115,16 @@ def word_similarity(vectors: Tensor, words: list[str], path: str | Path, restric
 
     index = _case_insensitive_index(words, restrict)
     unit = _unit(vectors)
-    gold, sims, total = [], [], 0
-    for line in _lines(path):
-        if not line.strip() or line.startswith("#"):
-            continue
-        parts = line.split("\t")
-        if len(parts) != 3:
-            raise DataError(f"'{path}' line {line!r} is not word1<TAB>word2<TAB>score", "pass a word-pair file")
-        total += 1
-        a, b = index.get(parts[0].upper()), index.get(parts[1].upper())
+    gold, sims = [], []
+    pairs = read_similarity_pairs(path)
+    for first, second, score in pairs:
+        a, b = index.get(first.upper()), index.get(second.upper())
         if a is None or b is None:
             continue
-        gold.append(float(parts[2]))
+        gold.append(score)
         sims.append(float(unit[a] @ unit[b]))
     rho = float(spearmanr(gold, sims).statistic) if len(gold) > 1 else float("nan")
-    return {"spearman": rho, "pairs": len(gold), "pairs_total": total}
+    return {"spearman": rho, "pairs": len(gold), "pairs_total": len(pairs)}
 
 
 def analogy_accuracy(vectors: Tensor, words: list[str], path: str | Path, restrict: int = 300000,
@@ -106,14 +142,10 @@ def analogy_accuracy(vectors: Tensor, words: list[str], path: str | Path, restri
     """
     index = _case_insensitive_index(words, restrict)
     unit = _unit(vectors[: min(restrict, len(words))])
-    asked, total = [], 0
-    for line in _lines(path):
-        if not line.strip() or line.startswith(":"):
-            continue
-        parts = line.upper().split()
-        if len(parts) != 4:
-            raise DataError(f"'{path}' line {line!r} is not 'a b c d'", "pass a questions-words file")
-        total += 1
+    asked = []
+    questions = read_analogy_questions(path)
+    total = len(questions)
+    for parts in questions:
         ids = [index.get(p) for p in parts]
         if None not in ids:
             asked.append(ids)

@@ -145,7 +145,8 @@ def _corrupt_fix(path: str | Path, resuming: bool = True) -> str:
     """What to do about a damaged file of checkpoint ``path``: a training checkpoint being resumed is only
     a stage of its run (start the run again); a model being loaded is somebody's result, never to delete."""
     if resuming:
-        return f"delete '{path}' and re-run without --resume (or resume from another checkpoint)"
+        return ("start the run again with --overwrite instead of --resume (or another --out), or resume from another "
+                "checkpoint")
     return (f"the file is damaged: export or copy the checkpoint '{path}' again from where it was written, "
             "or use another checkpoint")
 

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ..config import Config
 from ..errors import CheckpointError, ConfigError, DivergenceError
-from ..io import write_text_atomic
+from ..io import json_safe, write_text_atomic
 from .checkpoint import (BEST_STATE_FILE, load_best_state, load_for_resume, load_trainer_state, resume_dir,
                          rng_state, save_checkpoint, set_rng_state)
 from .cpu import keep_freed_memory
@@ -113,6 +113,8 @@ class TrainResult:
     steps: int
     """Optimizer steps taken over all phases."""
     seconds: float
+    """Wall seconds of training; a resumed run's include those of the invocations before it, up to the checkpoint
+    it resumed from (a checkpoint written before 2026-11-28 records none: only this invocation's then)."""
     best_metrics: dict[str, float] = field(default_factory=dict)
     final_metrics: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
@@ -246,7 +248,7 @@ class Trainer:
         if self.out_dir is None or not self.dist.is_main:
             return
         with open(self.out_dir / METRICS_FILE, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(json_safe(record), allow_nan=False) + "\n")    # a NaN loss as null: standard JSON
         if self.cfg.tensorboard:
             if self._writer is None:
                 from torch.utils.tensorboard import SummaryWriter
@@ -294,6 +296,7 @@ class Trainer:
             "phase_idx": phase_idx,
             "phase_step": phase_step,
             "global_step": global_step,
+            "seconds": self._earlier_seconds + time.time() - self._start_time,
             "world": self.dist.world,
             "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
             "streams": [t.stream.state_dict() for t in phase.terms()],
@@ -439,7 +442,8 @@ class Trainer:
 
     # ------------------------------------------------------------------- fit
     def fit(self) -> TrainResult:
-        start_time = time.time()
+        start_time = self._start_time = time.time()
+        self._earlier_seconds = 0.0
         tracker: dict[str, Any] = {"history": [], "final": {}, "best": {}}
         phase_idx, phase_step, global_step = 0, 0, 0
         resume_state = None
@@ -454,6 +458,7 @@ class Trainer:
             phase_idx = resume_state["phase_idx"]
             phase_step = resume_state["phase_step"]
             global_step = resume_state["global_step"]
+            self._earlier_seconds = float(resume_state.get("seconds", 0.0))
             tracker.update(resume_state["tracker"])
             best_state = load_best_state(resume_from) if self.cfg.keep_best else None
             if best_state is not None:
@@ -555,7 +560,7 @@ class Trainer:
                     steps_this_run += 1
                     if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
                         self._save("last", p_idx, done, global_step, optimizers, tracker, window)
-                        return TrainResult(steps=global_step, seconds=time.time() - start_time,
+                        return TrainResult(steps=global_step, seconds=self._earlier_seconds + time.time() - start_time,
                                            best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
                                            history=tracker["history"], interrupted=True)
                     if stopped:
@@ -570,10 +575,10 @@ class Trainer:
             resume_state = None
             if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and not last_phase:
                 # the budget ended with this phase: the next one starts in the next invocation, from that save
-                return TrainResult(steps=global_step, seconds=time.time() - start_time,
+                return TrainResult(steps=global_step, seconds=self._earlier_seconds + time.time() - start_time,
                                    best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
                                    history=tracker["history"], interrupted=True)
         if self._writer is not None:
             self._writer.close()
-        return TrainResult(steps=global_step, seconds=time.time() - start_time, best_metrics=tracker.get("best", {}),
+        return TrainResult(steps=global_step, seconds=self._earlier_seconds + time.time() - start_time, best_metrics=tracker.get("best", {}),
                            final_metrics=tracker.get("final", {}), history=tracker["history"])

@@ -375,7 +375,8 @@ def reference_log_probs(cfg: ComplementGANRecipe, data: ImageSplits, density: Pi
     return log_probs(density, reference, cfg.model.pixel_range).numpy()
 
 
-@register_method("complement_gan", ComplementGANRecipe, resume_free=("samples_png", "figures_dir"))
+@register_method("complement_gan", ComplementGANRecipe, resume_free=("samples_png", "figures_dir"),
+                 inputs=("density_checkpoint",))
 def run(cfg: ComplementGANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     refuse_several_processes("the complement GAN", "its objectives draw G's samples outside the model's forward, "

@@ -716,7 +716,7 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
     return replace(cfg, init=str(where / "final"), pretrain=None), figures
 
 
-@register_method("finetune", FineTuneRecipe)
+@register_method("finetune", FineTuneRecipe, inputs=("init",))
 def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     pretrained: dict[str, float] = {}

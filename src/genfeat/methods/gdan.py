@@ -445,7 +445,7 @@ def build(cfg: GDANRecipe, data: GDANData, vocab: SymbolVocab, seed: int, resume
     return Built(model, pretrain, Phase("train", steps, stages, optimizers), n_unl, collate, d_vocab)
 
 
-@register_method("gdan", GDANRecipe)
+@register_method("gdan", GDANRecipe, inputs=("d_init", "d_vectors"))
 def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = True,
         resume: bool = False) -> dict[str, float]:
     if cfg.setting in GENERATOR_SETTINGS:

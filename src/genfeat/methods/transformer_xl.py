@@ -81,6 +81,8 @@ class LMEvalConfig(Config):
             raise ValueError(f"eval.tgt_len must be >= 1 (or null: data.tgt_len), got {self.tgt_len}")
         if self.mem_len is not None and self.mem_len < 0:
             raise ValueError(f"eval.mem_len must be >= 0 (or null: model.mem_len), got {self.mem_len}")
+        if self.clamp_len is not None and self.clamp_len < -1:
+            raise ValueError(f"eval.clamp_len must be >= -1 (-1: never clamp; null: model.clamp_len), got {self.clamp_len}")
         if self.batch_size < 1 or self.valid_tokens < 0:
             raise ValueError("eval.batch_size must be >= 1 and eval.valid_tokens >= 0")
         if 0 < self.valid_tokens < 2 * self.batch_size:
@@ -175,6 +177,13 @@ def run(cfg: TransformerXLRecipe, *, seed: int, out_dir: Path | None, progress: 
             raise ConfigError(f"corpus '{cfg.data.corpus}' has no split '{split}' (it has {sorted(corpus.splits)})", fix)
     vocab = corpus.vocab
     model_cfg = build_model_config(cfg.model, len(vocab))
+    if model_cfg.attn_type == "absolute_learned":   # segments index the position table (ext_len re-fed tokens too)
+        for name, length in (("data.tgt_len + data.ext_len", cfg.data.tgt_len + cfg.data.ext_len),
+                             ("eval.tgt_len", cfg.eval.tgt_len or cfg.data.tgt_len)):
+            if length > model_cfg.max_klen:
+                raise ConfigError(f"{name} is {length}, but model.max_klen {model_cfg.max_klen} learned positions "
+                                  "cover segments of at most that many tokens", "raise model.max_klen or shorten the "
+                                  "segments")
     seed_everything(seed)
     model = TransformerXLLMHeadModel(model_cfg)
 

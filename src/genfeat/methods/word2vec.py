@@ -425,7 +425,7 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
     import time
 
     from ..data.vocab import SymbolVocab
-    from ..eval.word_vectors import evaluate_vectors
+    from ..eval.word_vectors import evaluate_vectors, read_analogy_questions, read_similarity_pairs
     from ..framework.checkpoint import resume_dir, save_checkpoint
     from ..hub import VOCAB_FILE
     from ..models.word2vec import save_word2vec_format
@@ -434,6 +434,13 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                              "window sampler draws every window in one process")
     if resume and out_dir is None:
         raise ConfigError("--resume needs the output directory of the run to continue", "pass --out DIR")
+    # the evaluation files are read before the training, so that a missing or malformed one does not cost it
+    similarity_file = _eval_file(cfg.similarity_file, "wordsim353.tsv")
+    analogy_file = _eval_file(cfg.analogy_file, "questions-words.txt")
+    if similarity_file:
+        read_similarity_pairs(similarity_file)
+    if analogy_file:
+        read_analogy_questions(analogy_file)
     t0 = time.time()
     sentences = read_sentences(cfg)
     words, counts = build_vocab(sentences, cfg.min_count)
@@ -455,8 +462,7 @@ def run(cfg: Word2VecRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         # the words of the corpus (in the vocabulary, before subsampling) over all epochs, per training second
         "words_per_s": cfg.epochs * len(ids) / max(result.seconds, 1e-9),
     }
-    figures.update(evaluate_vectors(model.vectors, words, _eval_file(cfg.similarity_file, "wordsim353.tsv"),
-                                    _eval_file(cfg.analogy_file, "questions-words.txt")))
+    figures.update(evaluate_vectors(model.vectors, words, similarity_file, analogy_file))
     figures["seconds"] = time.time() - t0
     if out is not None:
         save_checkpoint(out / "final", model, None, ckpt, save_vocab)

@@ -93,6 +93,9 @@ class TransformerXLConfig(Config):
             raise ValueError(f"div_val must be >= 1, got {self.div_val}")
         if self.mem_len < 0 or self.ext_len < 0:
             raise ValueError("mem_len and ext_len must be >= 0")
+        if self.max_klen < 1 or self.clamp_len < -1:
+            raise ValueError(f"max_klen must be >= 1 and clamp_len >= -1 (-1: never clamp), got {self.max_klen} and "
+                             f"{self.clamp_len}")
         if not self.tie_projs:
             self.tie_projs = [False] + [True] * len(self.cutoffs)
         if len(self.tie_projs) != len(self.cutoffs) + 1:
@@ -250,6 +253,8 @@ class TransformerXLLMHeadModel(nn.Module):
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
         ext_len = cfg.ext_len if ext_len is None else ext_len
         b, t = input_ids.shape
+        if cfg.attn_type == "absolute_learned" and t > cfg.max_klen:
+            raise ValueError(f"a segment of {t} tokens is longer than the {cfg.max_klen} learned positions (max_klen)")
         m = mems[0].shape[1] if mems else 0
         klen = m + t
         h = self.word_emb(input_ids)  # [b, t, d]
