@@ -216,7 +216,8 @@ def test_corrupt_or_mismatched_checkpoints_give_clear_errors(tmp_path):
     good = (tmp_path / "c" / ckpt.MODEL_FILE).read_bytes()
     for corrupt in (b"\x00garbage", good[:-7], bytes(range(256)) * 4):
         (tmp_path / "c" / ckpt.MODEL_FILE).write_bytes(corrupt)
-        with pytest.raises(CheckpointError, match="is corrupt or truncated.*fix: delete .* without --resume"):
+        with pytest.raises(CheckpointError,
+                           match="is corrupt or truncated.*fix: start the run again with --overwrite instead of --resume"):
             ckpt.load_for_resume(tmp_path / "c", TwoHead())
         # a model loaded for use (evaluate, generate, a fine-tuning init) is never to be deleted, nor resumed
         with pytest.raises(CheckpointError, match="is corrupt or truncated.*fix: the file is damaged: export or "

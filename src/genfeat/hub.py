@@ -297,7 +297,9 @@ def require_vocabulary(vocab: Any, path: str | Path) -> None:
         raise CheckpointError(f"checkpoint '{path}' has no {VOCAB_FILE} (nor a Hugging Face tokenizer file: "
                               f"{', '.join(HF_TOKENIZER_FILES)}), so text cannot be encoded with the ids the model "
                               "was trained on", f"copy the run's {VOCAB_FILE} next to the weights (genfeat writes it "
-                              "into OUT/final and OUT/last)")
+                              "into OUT/final and OUT/last); for a Hugging Face Transformer-XL directory, whose "
+                              "tokenizer is a pickle (vocab.pkl) genfeat does not unpickle, save its symbols in id "
+                              f"order as genfeat.data.vocab.SymbolVocab(symbols, 'word').save('DIR/{VOCAB_FILE}')")
 
 
 def check_resume_vocabulary(vocab, resume_from: Path | None) -> None:
