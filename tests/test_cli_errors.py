@@ -339,3 +339,21 @@ def test_learned_positions_bound_the_segment_length(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
     assert main(["run", str(recipe), "--out", str(tmp_path / "run2"), "--eval.clamp_len", "-5"]) == 2
     assert "eval.clamp_len must be >= -1" in capsys.readouterr().err
+
+
+def test_a_recipe_may_not_set_train_seed_and_a_folder_is_not_a_recipe(tmp_path, capsys):
+    """Every method replaces train.seed with the run's --seed: a recipe's value was silently ignored (the provenance
+    record still showed it)."""
+    from genfeat.cli import main
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--out", str(tmp_path / "out"), "--train.seed", "5"]) == 2
+    assert "train.seed is set, but a run's seed is --seed" in capsys.readouterr().err
+    recipe.write_text(RECIPE + "train: {seed: 3}\n")
+    assert main(["run", str(recipe), "--out", str(tmp_path / "out")]) == 2
+    assert "fix: drop train.seed and pass --seed N" in capsys.readouterr().err
+    assert main(["run", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert f"config file '{tmp_path}' is a folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

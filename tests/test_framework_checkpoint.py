@@ -241,7 +241,7 @@ def test_corrupt_trainer_state_never_suggests_unsafe_loading(tmp_path):
     contents = [(tmp_path / "c" / ckpt.STATE_FILE).read_bytes(), b"not a torch file", good[: len(good) // 2]]
     for corrupt in contents:
         (tmp_path / "c" / ckpt.STATE_FILE).write_bytes(corrupt)
-        with pytest.raises(CheckpointError, match="training state .* (is corrupt|holds objects).*fix: delete") as e:
+        with pytest.raises(CheckpointError, match="training state .* (is corrupt|holds objects).*fix: start the run again with --overwrite") as e:
             ckpt.load_trainer_state(tmp_path / "c")
         assert "weights_only" not in str(e.value) and "Re-running" not in str(e.value)
 
@@ -387,3 +387,81 @@ def test_a_budget_that_ends_with_a_phase_stops_there_and_resumes_exactly(tmp_pat
         == 5 + STEPS
     for k, v in model.state_dict().items():
         assert torch.equal(v, reference[k]), k
+
+
+def _early_stopping(tmp_path, name, **train):
+    """One phase of 12 steps whose evaluation (every 2 steps) only gets worse: patience 1 stops it at step 4."""
+    torch.manual_seed(0)
+    model = TwoHead()
+    calls = []
+
+    def evaluate(m):
+        calls.append(1)
+        return {"score": float(len(calls))}
+
+    cfg = TrainConfig(eval_every=2, early_stop_metric="score", patience=1, progress=False, log_every=3, **train)
+    phases = [Phase("only", 12, [Stage([Term(SquaredError("a"), make_stream())])], {"main": OptimSpec(OptimConfig())})]
+    return model, Trainer(model, phases, cfg, evaluate=evaluate, out_dir=tmp_path / name)
+
+
+@pytest.mark.parametrize("train", [{"stop_after_steps": 4}, {"stop_after_steps": 4, "save_every": 2},
+                                   {"stop_after_steps": 3, "save_every": 1}])
+def test_an_early_stop_is_kept_by_a_resume_from_its_step(tmp_path, train):
+    """A checkpoint written at the evaluation that stopped the phase (stop_after_steps / save_every landing there)
+    had placed the resume inside the phase, which then went on past the step the uninterrupted run stopped at."""
+    model, trainer = _early_stopping(tmp_path, "whole")
+    assert trainer.fit().steps == 4
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    lines = [json.loads(x) for x in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if "mse_a" in x] == [3, 4], "the steps after the last log line are logged too"
+    model, trainer = _early_stopping(tmp_path, "part", **train)
+    trainer.fit()
+    while ckpt.load_trainer_state(tmp_path / "part" / "last")["phase_step"] < 12 and \
+            ckpt.load_trainer_state(tmp_path / "part" / "last")["global_step"] < 4:
+        model, trainer = _early_stopping(tmp_path, "part", **train)
+        trainer.resume_from = tmp_path / "part" / "last"
+        trainer.fit()
+    model, trainer = _early_stopping(tmp_path, "part", **train)
+    trainer.resume_from = tmp_path / "part" / "last"
+    assert trainer.fit().steps == 4
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+
+
+def test_a_stateful_objective_shared_by_two_phases_restarts_at_the_second_after_a_resume(tmp_path):
+    """A checkpoint at the end of the first phase held the shared objective's carried state, which the
+    uninterrupted run resets when the next phase starts; the resumed run loaded it back."""
+    def phases():
+        torch.manual_seed(0)
+        shared = SquaredError("a", stateful=True)
+        optim = {"main": OptimSpec(OptimConfig(lr=1e-2))}
+        return TwoHead(), [Phase("one", 3, [Stage([Term(shared, make_stream(seed=1))])], optim),
+                           Phase("two", 3, [Stage([Term(shared, make_stream(seed=2))])], optim)]
+
+    model, ph = phases()
+    Trainer(model, ph, TrainConfig(progress=False)).fit()
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    model, ph = phases()
+    Trainer(model, ph, TrainConfig(progress=False, stop_after_steps=3), out_dir=tmp_path).fit()
+    model, ph = phases()
+    Trainer(model, ph, TrainConfig(progress=False), out_dir=tmp_path, resume_from=tmp_path / "last").fit()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+
+
+def test_a_checkpoint_directory_a_kill_left_half_written_is_removed_by_the_next_save(tmp_path, monkeypatch):
+    model, phases, cfg = build()
+
+    def dying_save(model, filename):
+        Path(filename).write_bytes(b"partial")
+        raise KeyboardInterrupt("killed while writing")
+
+    with monkeypatch.context() as m:
+        m.setattr(ckpt, "save_model", dying_save)
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.save_checkpoint(tmp_path / "last", model, {"x": 1})
+    # the context manager's cleanup ran here; a kill -9 would not have: leave such a leftover by hand
+    (tmp_path / ".last.abcd1234.tmp").mkdir()
+    (tmp_path / ".last.abcd1234.tmp" / ckpt.MODEL_FILE).write_bytes(b"partial")
+    ckpt.save_checkpoint(tmp_path / "last", model, {"x": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]

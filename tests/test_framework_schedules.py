@@ -191,6 +191,29 @@ def test_train_config_rejects_bad_fields():
         from_dict(TrainConfig, {"clip_norm": "big"})
     with pytest.raises(ConfigError, match="keep_best"):
         from_dict(TrainConfig, {"keep_best": True})
+    # a negative interval divided every step (done % -1 == 0): an evaluation, a save, an early stop at each one
+    for field in ("eval_every", "save_every", "patience", "threads"):
+        with pytest.raises(ConfigError, match=f"must be >= 0 .*got {field} -1"):
+            from_dict(TrainConfig, {field: -1})
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="clip_norm must be a finite number >= 0"):
+            from_dict(TrainConfig, {"clip_norm": bad})
+    # torch refused these with a traceback at the first step (or, lr inf, the run "diverged")
+    for fields, needle in (({"lr": float("nan")}, "lr must be a finite number > 0"),
+                           ({"lr": float("inf")}, "lr must be a finite number > 0"),
+                           ({"betas": [0.9, 1.5]}, r"betas must be in \[0, 1\)"),
+                           ({"eps": -1.0}, "eps, weight_decay and momentum must be >= 0"),
+                           ({"weight_decay": -1.0}, "eps, weight_decay and momentum must be >= 0"),
+                           ({"momentum": float("nan")}, "eps, weight_decay and momentum must be >= 0")):
+        with pytest.raises(ConfigError, match=needle):
+            from_dict(OptimConfig, fields)
+
+
+def test_a_batch_larger_than_the_data_names_the_recipe_field():
+    with pytest.raises(ConfigError, match=r"unlabelled_batch 100 is larger than the 64 examples it draws from\. "
+                                          r"fix: set unlabelled_batch to 64 or less"):
+        TensorStream(make_data(), batch_size=100, field="unlabelled_batch")
+    assert TensorStream(make_data(), batch_size=100, drop_last=False).batch_size == 64
 
 
 def test_tensor_stream_resume_and_shard():

@@ -306,6 +306,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             twice in one mapping, or does not hold a mapping; each naming the file.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file '{path}' is a folder", "pass the path of a YAML file (a recipe), e.g. "
+                          "recipes/transformer_xl/debug.yaml")
     if not path.is_file():
         raise ConfigError(f"config file '{path}' does not exist", "pass the path of an existing YAML file")
     raw = path.read_bytes()

@@ -12,6 +12,7 @@ the umask), so results, checkpoints and plots stay readable by whoever may read 
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -104,10 +105,15 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory; on success it replaces ``path`` as a whole.
 
     An existing ``path`` is moved aside first and removed only after the new directory is in
-    place, so a kill leaves a complete directory under ``path`` or under its backup name.
+    place, so a kill leaves a complete directory under ``path`` or under its backup name. A kill
+    while the temporary directory is written leaves it behind: the next write of ``path`` removes
+    such leftovers (one writer per path, as a run's rank 0 writes its checkpoints).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp

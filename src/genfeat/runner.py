@@ -158,6 +158,10 @@ def _build_recipe(path: str | Path, data: dict[str, Any], overrides: dict[str, A
         raise ConfigError(f"'{path}' is a {method.name} recipe, not a pretraining one",
                           f"name a recipe of a pretraining method ({names}), e.g. recipes/bert/debug.yaml")
     fields = apply_overrides({k: v for k, v in data.items() if k != "method"}, overrides)
+    seeded = [k for k in dotted(fields) if k == "train.seed" or k.endswith(".train.seed")]
+    if seeded:   # every method sets it from the run's seed: a recipe's value was silently replaced
+        raise ConfigError(f"{seeded[0]} is set, but a run's seed is --seed (or each of --seeds), which replaces it",
+                          f"drop {seeded[0]} and pass --seed N to genfeat run")
     return method, from_dict(method.config_cls, fields)
 
 

@@ -35,13 +35,19 @@ class OptimConfig(Config):
     warmup_steps: int = 0
     """Steps of linear warm-up from 0 to ``lr``."""
     decay: Literal["constant", "linear", "cosine"] = "constant"
-    """Shape of the decay from ``lr`` after warm-up to ``min_lr_ratio * lr`` at the phase's last step."""
+    """Shape of the decay from ``lr`` after warm-up to ``min_lr_ratio * lr`` at the phase's end (the rate
+    :meth:`lr_at` gives step ``total_steps``; the last step taken, ``total_steps - 1``, is one decay step above it)."""
     min_lr_ratio: float = 0.0
     """Final learning rate as a fraction of ``lr``."""
 
     def __post_init__(self):
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
+        if not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ValueError(f"betas must be in [0, 1), got {list(self.betas)}")
+        if not (self.eps >= 0 and self.weight_decay >= 0 and self.momentum >= 0):   # NaN too
+            raise ValueError(f"eps, weight_decay and momentum must be >= 0, got {self.eps}, {self.weight_decay} and "
+                             f"{self.momentum}")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:

@@ -62,13 +62,16 @@ class TensorStream:
             when ``drop_last`` (default True), so every step sees ``batch_size`` examples.
         shuffle: reshuffle every epoch (default True); False keeps the stored order.
         seed: base seed of the shuffles (default 0).
+        field: the recipe field that sets ``batch_size``, as the error for one larger than the data names it.
+    Raises:
+        ConfigError: ``batch_size`` above the number of examples with ``drop_last`` (no whole batch).
     Yields:
         dict name -> tensor of shape [batch_size / world, ...] (the short last batch of an epoch
         without ``drop_last``: [r / world rounded up or down, ...]).
     """
 
     def __init__(self, tensors: dict[str, Any], batch_size: int = 32, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = True):
+                 drop_last: bool = True, field: str = "batch_size"):
         import torch
 
         sizes = {name: t.shape[0] for name, t in tensors.items()}
@@ -80,7 +83,8 @@ class TensorStream:
             raise ValueError("TensorStream needs at least one example")
         self.batch_size = min(batch_size, self.n) if not drop_last else batch_size
         if drop_last and batch_size > self.n:
-            raise ValueError(f"batch_size {batch_size} is larger than the {self.n} examples")
+            raise ConfigError(f"{field} {batch_size} is larger than the {self.n} examples it draws from",
+                              f"set {field} to {self.n} or less")
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last

@@ -53,7 +53,8 @@ class TrainConfig(Config):
     """How the loop runs (the schedule itself says what is optimised)."""
 
     seed: int = 0
-    """Seed of every RNG at the start of training (rank r uses seed + r for its dropout masks)."""
+    """Seed of every RNG at the start of training (rank r uses seed + r for its dropout masks); a run sets it from
+    ``genfeat run --seed`` (a recipe may not: genfeat.runner refuses ``train.seed`` there)."""
     device: str = "auto"
     """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``."""
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -100,6 +101,14 @@ class TrainConfig(Config):
             raise ValueError(f"grad_accum must be >= 1, got {self.grad_accum}")
         if self.log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
+        negative = [f"{name} {value}" for name, value in (("eval_every", self.eval_every), ("save_every", self.save_every),
+                                                         ("patience", self.patience), ("threads", self.threads))
+                    if value < 0]
+        if negative:   # a negative interval divides every step (done % -1 == 0): an evaluation or save at each one
+            raise ValueError(f"eval_every, save_every, patience and threads must be >= 0 (0: off / default), got "
+                             f"{', '.join(negative)}")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm >= 0):
+            raise ValueError(f"clip_norm must be a finite number >= 0 (0: off), got {self.clip_norm}")
         if (self.patience or self.keep_best) and not self.early_stop_metric:
             raise ValueError("patience and keep_best need early_stop_metric (the validation metric to watch)")
         if self.stop_after_steps < 0:
@@ -485,8 +494,9 @@ class Trainer:
                     optimizers[name].load_state_dict(opt_state)
                 for term, s in zip(terms, resume_state["streams"]):
                     term.stream.load_state_dict(s)
-                for term, s in zip(terms, resume_state["objectives"][self.dist.rank]):
-                    term.objective.load_state_dict({k: v.to(self.device) for k, v in s.items()})
+                if phase_step > 0:   # a phase's start (a checkpoint at the end of the phase before) resets them
+                    for term, s in zip(terms, resume_state["objectives"][self.dist.rank]):
+                        term.objective.load_state_dict({k: v.to(self.device) for k, v in s.items()})
                 rng = resume_state["rng"]
                 # Checkpoints written before per-rank RNG states hold one state (a dict).
                 set_rng_state(rng[self.dist.rank] if isinstance(rng, list) else rng)
@@ -518,6 +528,29 @@ class Trainer:
             window_items, window_t0 = 0.0, time.time()   # items_per_s: the items of this invocation's steps
             stopped = False
             step = start
+
+            def log_window(done: int, step: int, lr: float) -> None:
+                """One metrics line of the steps since the last (a sum over ranks), then a new window."""
+                nonlocal window, window_items, window_t0
+                keys = sorted(window)
+                sums = all_reduce_sum([x for k in keys for x in window[k]] + [window_items], self.dist)
+                elapsed = max(time.time() - window_t0, 1e-9)
+                record: dict[str, Any] = {"step": global_step, "phase": phase.name, "phase_step": done,
+                                          "lr": lr}
+                if len(phase.optimizers) > 1:  # "lr" is the last-stepped optimizer's; name each one's
+                    record.update({f"lr/{name}": spec.config.lr_at(step, phase.steps)
+                                   for name, spec in phase.optimizers.items()})
+                for i, k in enumerate(keys):
+                    s, c = sums[2 * i], sums[2 * i + 1]
+                    record[k] = s / max(c, 1.0)
+                self._check_finite(record, keys, global_step)
+                record["items_per_s"] = sums[-1] / elapsed
+                self._log(record)
+                first = next((k for k in keys if "/" not in k), None)
+                if first is not None and math.isfinite(record[first]):
+                    bar.set_postfix({first: f"{record[first]:.3f}", "items/s": f"{record['items_per_s']:.0f}"})
+                window, window_items, window_t0 = {}, 0.0, time.time()
+
             with tqdm(total=phase.steps, initial=start, desc=phase.name, dynamic_ncols=True, mininterval=1.0,
                       disable=not (self.cfg.progress and self.dist.is_main)) as bar:
                 for step in range(start, phase.steps):
@@ -532,39 +565,27 @@ class Trainer:
                     if self.after_step is not None:
                         self.after_step(global_step)
                     done = step + 1
+                    steps_this_run += 1
                     if done % self.cfg.log_every == 0 or done == phase.steps:
-                        keys = sorted(window)
-                        sums = all_reduce_sum([x for k in keys for x in window[k]] + [window_items], self.dist)
-                        elapsed = max(time.time() - window_t0, 1e-9)
-                        record: dict[str, Any] = {"step": global_step, "phase": phase.name, "phase_step": done,
-                                                  "lr": lr}
-                        if len(phase.optimizers) > 1:  # "lr" is the last-stepped optimizer's; name each one's
-                            record.update({f"lr/{name}": spec.config.lr_at(step, phase.steps)
-                                           for name, spec in phase.optimizers.items()})
-                        for i, k in enumerate(keys):
-                            s, c = sums[2 * i], sums[2 * i + 1]
-                            record[k] = s / max(c, 1.0)
-                        self._check_finite(record, keys, global_step)
-                        record["items_per_s"] = sums[-1] / elapsed
-                        self._log(record)
-                        first = next((k for k in keys if "/" not in k), None)
-                        if first is not None and math.isfinite(record[first]):
-                            bar.set_postfix({first: f"{record[first]:.3f}", "items/s": f"{record['items_per_s']:.0f}"})
-                        window, window_items, window_t0 = {}, 0.0, time.time()
+                        log_window(done, step, lr)
                     if self.cfg.eval_every and done % self.cfg.eval_every == 0 and done != phase.steps:
                         stopped = self._run_eval(tracker, global_step, phase)
+                    if stopped:
+                        # early stopping ends the phase at this step: its end (the best-state restore and the
+                        # checkpoint after it) follows at once, so that no checkpoint places a resume inside a phase
+                        # that has ended; the steps since the last log line are logged first
+                        if window:
+                            log_window(done, step, lr)
+                        break
                     # at the phase's last step the checkpoint follows its evaluation (below), so a resume from
                     # it never skips that evaluation or the best-state restore
                     if self.cfg.save_every and done % self.cfg.save_every == 0 and done != phase.steps:
                         self._save("last", p_idx, done, global_step, optimizers, tracker, window)
-                    steps_this_run += 1
                     if self.cfg.stop_after_steps and steps_this_run >= self.cfg.stop_after_steps and done < phase.steps:
                         self._save("last", p_idx, done, global_step, optimizers, tracker, window)
                         return TrainResult(steps=global_step, seconds=self._earlier_seconds + time.time() - start_time,
                                            best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
                                            history=tracker["history"], interrupted=True)
-                    if stopped:
-                        break
             if not stopped:
                 self._run_eval(tracker, global_step, phase)
             if self.cfg.keep_best and tracker.get("best_state") is not None:

@@ -179,7 +179,7 @@ def run(cfg: BertRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         return masked_lm_figures(m, scorer, valid, data.batch_size, limit)
 
     examples = SeededExamples(TensorStream({**train, "index": torch.arange(len(train["input_ids"]))}, data.batch_size,
-                                           seed=seed), seed)
+                                           seed=seed, field="data.batch_size"), seed)
     return train_and_save(cfg, model, objective, examples, vocab, seed=seed, out_dir=out_dir, progress=progress,
                           resume_from=resume_from, evaluate=evaluate, final=lambda m: evaluate(m, 0),
                           train_examples=int(train["input_ids"].shape[0]))

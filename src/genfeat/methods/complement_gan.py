@@ -345,11 +345,12 @@ def build(cfg: ComplementGANRecipe, seed: int, data: ImageSplits, density: Pixel
         d_term = Term(DiscriminatorObjective(0.0, 0.0, 0.0), labelled)
         return model, alternating([(d_term, 1, d_spec)], cfg.steps)
     d_stream = PairedStream(labelled, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch,
-                                                        seed=derived_seed(seed, 1)))
+                                                        seed=derived_seed(seed, 1), field="unlabelled_batch"))
     d_term = Term(DiscriminatorObjective(cfg.unlabelled_weight, cfg.generated_weight, cfg.entropy_weight), d_stream)
     g_obj = GeneratorObjective(cfg.feature_matching, cfg.pt_weight, cfg.vi_weight, cfg.ld_weight, density, epsilon,
                                cfg.ld_batch, cfg.ld_every, cfg.ld_start)
-    g_term = Term(g_obj, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=derived_seed(seed, 2)))
+    g_term = Term(g_obj, TensorStream({"x_unl": data.x_unl}, cfg.unlabelled_batch, seed=derived_seed(seed, 2),
+                                      field="unlabelled_batch"))
     g_spec = OptimSpec(cfg.g_optim, ComplementGAN.generator_parameters)
     return model, alternating([(d_term, 1, d_spec), (g_term, 1, g_spec)], cfg.steps)
 

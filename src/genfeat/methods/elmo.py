@@ -157,7 +157,7 @@ def run(cfg: ElmoRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         return bilm_figures(m, valid, data.batch_size, limit)
 
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
-    stream = TensorStream({"word_ids": train}, data.batch_size, seed=seed)
+    stream = TensorStream({"word_ids": train}, data.batch_size, seed=seed, field="data.batch_size")
     return train_and_save(cfg, model, objective, stream, vocab, seed=seed, out_dir=out_dir, progress=progress,
                           resume_from=resume_from, evaluate=evaluate, final=lambda m: evaluate(m, 0),
                           train_windows=int(train.shape[0]))
