@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ import torch
 from genfeat.config import UnknownFieldError
 from genfeat.errors import ConfigError
 from genfeat.runner import load_recipe
+
+DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data"))
 
 RECIPE = """method: transformer_xl
 data: {corpus: ptb, batch_size: 4, tgt_len: 8}
@@ -357,3 +360,27 @@ def test_a_recipe_may_not_set_train_seed_and_a_folder_is_not_a_recipe(tmp_path, 
     assert main(["run", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert f"config file '{tmp_path}' is a folder" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not (DATA / "wikitext-2").is_dir(), reason="needs WikiText-2 in GENFEAT_DATA")
+def test_pretraining_errors_name_the_recipe_fields_and_a_resumed_run_counts_all_its_seconds(tmp_path, capsys):
+    """A vocabulary size the corpus cannot fill names data.vocab_size (it named the tokenizer command's --vocab-size,
+    which run does not take); an XLNet num_predict leaving no context is refused (it was cut to every token); the
+    train_seconds of a resumed run count every invocation's training (they counted the last one's)."""
+    from genfeat.cli import main
+    from genfeat.framework.checkpoint import load_trainer_state
+    from genfeat.runner import run_recipe
+
+    capsys.readouterr()
+    assert main(["run", "recipes/bert/debug.yaml", "--data.vocab_size", "100000", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "data.vocab_size 100000" in err and "--vocab-size" not in err
+    assert main(["run", "recipes/xlnet/debug.yaml", "--objective.num_predict", "100", "--out", str(tmp_path / "x")]) == 2
+    assert "objective.num_predict 100 is not below the 29 tokens a segment of data.seq_len 32" in capsys.readouterr().err
+    over = {"steps": 6, "train": {"eval_every": 0}, "zero_shot": {"examples": 8}}
+    part = run_recipe("recipes/gpt/debug.yaml", {**over, "train": {"eval_every": 0, "stop_after_steps": 4}}, [0],
+                      out_dir=tmp_path / "g", progress=False)
+    earlier = load_trainer_state(tmp_path / "g" / "last")["seconds"]
+    assert part["interrupted"] == 1.0 and earlier > 0
+    done = run_recipe("recipes/gpt/debug.yaml", over, [0], out_dir=tmp_path / "g", progress=False, resume=True)
+    assert done["train_seconds"] > earlier

@@ -491,4 +491,4 @@ def _train_on(docs: list[Document], cfg, out_dir: Path | None):
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "sentences.txt"
         text.write_text("".join(f"{s}\n" for doc in docs for s in doc), encoding="utf-8")
-        return train_tokenizer(cfg, text, Path(out_dir or tmp) / "tokenizer")
+        return train_tokenizer(cfg, text, Path(out_dir or tmp) / "tokenizer", "data.vocab_size")

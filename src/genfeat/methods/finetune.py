@@ -780,9 +780,8 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
                       checkpoint_config=checkpoint_config(model, **record,
                                                           **{VOCAB_FINGERPRINT: vocab_fingerprint(vocab)}),
                       save_extra=lambda p: vocab.save(p / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
     result = trainer.fit()
-    train_seconds = time.time() - t0
+    train_seconds = result.seconds     # over every invocation of a resumed run
     if result.interrupted:
         return {**pretrained, "steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
     figures: dict[str, float] = {**pretrained, "steps": result.steps, "train_seconds": train_seconds,

@@ -81,7 +81,7 @@ from ..data.vocab import SymbolVocab
 from ..errors import CheckpointError, ConfigError, DataError
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
-from ..framework.checkpoint import read_config, resume_dir, save_checkpoint
+from ..framework.checkpoint import load_trainer_state, read_config, resume_dir, save_checkpoint
 from ..framework.distributed import refuse_several_processes
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoint
@@ -476,16 +476,19 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
         print(f"note: answer chunks extracted by {chunker['answer_chunks']}", file=sys.stderr)
     ckpt = {"architecture": "gdan", "reader": to_dict(model.d.config), **recipe_record(cfg), **chunker}
     save_vocab = lambda d: vocab.save(Path(d) / VOCAB_FILE)  # noqa: E731
-    t0 = time.time()
+    g_seconds = 0.0
     if pretrain is not None and resume_from is None:
         # G's MLE pretraining has no dev figure of D to select on, so it runs in a trainer of its own
         g_cfg = replace(tcfg, eval_every=0, early_stop_metric=None, keep_best=False, patience=0, stop_after_steps=0)
-        Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle", checkpoint_config=ckpt,
-                save_extra=save_vocab, resume_from=g_from, diverged_fix=_DIVERGED_FIX).fit()
+        g_seconds = Trainer(model, [pretrain], g_cfg, None, None if out is None else out / "g_mle",
+                            checkpoint_config=ckpt, save_extra=save_vocab, resume_from=g_from,
+                            diverged_fix=_DIVERGED_FIX).fit().seconds
+    elif pretrain is not None and (out / "g_mle" / "last").is_dir():   # done by an earlier invocation: its time
+        g_seconds = float(load_trainer_state(out / "g_mle" / "last").get("seconds", 0.0))
     trainer = Trainer(model, [phase], tcfg, evaluate, out, checkpoint_config=ckpt, save_extra=save_vocab,
                       resume_from=resume_from, diverged_fix=_DIVERGED_FIX)
     result = trainer.fit()
-    seconds = time.time() - t0
+    seconds = g_seconds + result.seconds     # over every invocation of a resumed run
     if result.interrupted:
         return {"steps": result.steps, "train_seconds": seconds, "interrupted": 1.0}
     dev_scores = score(model, dev, collate, domain, cfg.eval_batch, cfg.max_answer_words)

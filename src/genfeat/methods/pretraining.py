@@ -7,7 +7,6 @@ same way for all of them, so a change to what a pretraining run writes is made o
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -46,9 +45,8 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
     trainer = Trainer(model, one_phase(objective, stream, cfg.steps, cfg.optim), train_cfg, evaluate=evaluate,
                       out_dir=out_dir, checkpoint_config=checkpoint_config(model, **record),
                       save_extra=lambda d: vocab.save(d / VOCAB_FILE), resume_from=resume_from)
-    t0 = time.time()
     result = trainer.fit()
-    train_seconds = time.time() - t0
+    train_seconds = result.seconds     # over every invocation of a resumed run
     if result.interrupted:
         return {"steps": result.steps, "train_seconds": train_seconds, "interrupted": 1.0}
     model.eval()

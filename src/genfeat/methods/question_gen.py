@@ -184,9 +184,8 @@ def run(cfg: QuestionGenRecipe, *, seed: int, out_dir: Path | None, progress: bo
     save_vocab = lambda d: vocab.save(d / VOCAB_FILE)  # noqa: E731
     resume_from = resume_dir(Path(out_dir) / "last") if resume else None
     trainer = Trainer(model, [phase], tcfg, evaluate, out_dir, ckpt, save_vocab, resume_from)
-    t0 = time.time()
     result = trainer.fit()
-    seconds = time.time() - t0
+    seconds = result.seconds     # over every invocation of a resumed run
     if result.interrupted:
         return {"steps": result.steps, "train_seconds": seconds, "interrupted": 1.0}
     figures = {**evaluate(model), "steps": result.steps, "train_seconds": seconds, "vocab_size": len(vocab),
