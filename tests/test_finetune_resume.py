@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from genfeat import cli
@@ -25,11 +26,13 @@ def test_resume_after_a_stop_gives_the_uninterrupted_run(tmp_path):
     part = run_recipe("recipes/finetune/debug.yaml", {**SMALL, "train.stop_after_steps": 3}, [0],
                       out_dir=tmp_path / "part", progress=False)
     assert part["interrupted"] == 1.0 and part["steps"] == 3
-    earlier = load_trainer_state(tmp_path / "part" / "last")["seconds"]
+    state = load_trainer_state(tmp_path / "part" / "last")
+    assert state["seconds"] > 0
+    state["seconds"] = 1000.0      # as if the first invocation had trained for 1,000 s: the total must hold them
+    torch.save(state, tmp_path / "part" / "last" / "trainer_state.pt")
     resumed = run_recipe("recipes/finetune/debug.yaml", SMALL, [0], out_dir=tmp_path / "part", progress=False, resume=True)
     assert resumed["dev_accuracy"] == whole["dev_accuracy"]
-    # the training time counts the first invocation's steps too (it had been the last invocation's alone)
-    assert 0 < earlier < resumed["train_seconds"]
+    assert 1000.0 < resumed["train_seconds"] < 1100.0   # had been the last invocation's alone
     a = load_file(str(tmp_path / "whole" / "final" / "model.safetensors"))
     b = load_file(str(tmp_path / "part" / "final" / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -610,3 +610,20 @@ def test_the_squad_article_seed_travels_with_the_model_and_evaluate_refuses_anot
     assert code == 2 and "does not record the seed of its article split" in err and "--squad-seed" in err
     assert evaluate_task(tmp_path / "hf", "squad_split", max_examples=6, squad_seed=3)["exact_match"] == \
         reference["exact_match"]
+
+
+def test_a_squad_seed_is_checked_only_against_a_head_trained_on_the_article_split(tmp_path):
+    """A span head trained for another task (its recipe records squad_seed 0, the default) is scored on any article
+    split asked for; the check against the recorded seed is for heads trained on the split itself."""
+    from types import SimpleNamespace
+
+    from genfeat.methods.finetune import _article_seed
+
+    (tmp_path / "config.json").write_text(json.dumps({"recipe": {"data": {"squad_seed": 0}}}))
+    other = SimpleNamespace(config=SimpleNamespace(task="squad_v1.1", squad_seed=None))
+    assert _article_seed(other, TASKS["squad_split"], tmp_path, 3) == 3
+    assert _article_seed(other, TASKS["squad_split"], tmp_path, None) == 0
+    own = SimpleNamespace(config=SimpleNamespace(task="squad_split", squad_seed=None))      # older checkpoint: recipe
+    assert _article_seed(own, TASKS["squad_split"], tmp_path, None) == 0
+    with pytest.raises(ConfigError, match="--squad-seed is 3, but .* seed 0"):
+        _article_seed(own, TASKS["squad_split"], tmp_path, 3)

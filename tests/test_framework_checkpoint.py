@@ -465,3 +465,17 @@ def test_a_checkpoint_directory_a_kill_left_half_written_is_removed_by_the_next_
     (tmp_path / ".last.abcd1234.tmp" / ckpt.MODEL_FILE).write_bytes(b"partial")
     ckpt.save_checkpoint(tmp_path / "last", model, {"x": 1})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+
+
+def test_a_checkpoint_whose_tracker_has_used_up_its_patience_ends_the_phase_on_resume(tmp_path):
+    """Code before 2026-11-28 wrote a checkpoint inside a phase at the evaluation that stopped it early; its tracker
+    holds bad_evals = patience. Resumed, the phase ends there (as it did then), not a step later."""
+    model, trainer = _early_stopping(tmp_path, "part", stop_after_steps=3)
+    trainer.fit()
+    state = ckpt.load_trainer_state(tmp_path / "part" / "last")
+    assert (state["phase_step"], state["tracker"]["bad_evals"]) == (3, 0)
+    state["tracker"]["bad_evals"] = 1                      # patience 1: what the stopping evaluation leaves
+    torch.save(state, tmp_path / "part" / "last" / ckpt.STATE_FILE)
+    model, trainer = _early_stopping(tmp_path, "part")
+    trainer.resume_from = tmp_path / "part" / "last"
+    assert trainer.fit().steps == 3

@@ -46,7 +46,8 @@ def test_samples_stay_in_top_k_and_are_reproducible():
 
 
 @pytest.mark.parametrize("kw", [{}, {"attn_type": "shaw"}, {"attn_type": "absolute_sinusoid"},
-                                {"attn_type": "absolute_learned"}, {"same_length": True}, {"pre_lnorm": True}])
+                                {"attn_type": "absolute_learned"}, {"attn_type": "absolute_learned", "max_klen": 4},
+                                {"same_length": True}, {"pre_lnorm": True}])
 @pytest.mark.parametrize("mem_len", [64, 4])
 def test_prompts_of_different_lengths_generate_in_one_left_padded_batch_as_each_alone(kw, mem_len, monkeypatch):
     # Every step's next-token distribution of each row equals its prompt's alone (greedy tokens of random
@@ -232,8 +233,9 @@ def test_cli_samples_gpt_with_its_cache_and_transformer_xl_with_memory(tmp_path,
 
 
 def test_a_learned_position_model_reads_a_long_prompt_as_segments_with_memory(monkeypatch):
-    """attn_type absolute_learned has max_klen positions: a longer prompt is fed max_klen tokens at a time, the
-    earlier segments as memory, as the model reads any text; every step's distribution equals that reading."""
+    """attn_type absolute_learned has max_klen positions: a longer prompt is fed max_klen tokens at a time, cut from
+    the right (a left-padded batch then cuts every row as its prompt alone), the earlier segments as memory; every
+    step's distribution equals that reading. (max_klen 4 in the left-padded test above: a batch wider than it.)"""
     m = model(mem_len=64, attn_type="absolute_learned", max_klen=8)
     seen = []
     monkeypatch.setattr(generation, "sample_top_k",
@@ -242,8 +244,8 @@ def test_a_learned_position_model_reads_a_long_prompt_as_segments_with_memory(mo
     out = generate(m, prompt, 4, top_k=1)
     with torch.no_grad():
         mems, expected = None, []
-        for start in range(0, 19, 8):                              # 19 = all but the last prompt token
-            mems = m(prompt[None, start:min(start + 8, 19)], mems=mems, mem_len=64, ext_len=0).mems
+        for start, end in ((0, 3), (3, 11), (11, 19)):            # 19 = all but the last prompt token
+            mems = m(prompt[None, start:end], mems=mems, mem_len=64, ext_len=0).mems
         token = prompt[None, -1:]
         for _ in range(4):
             step = m(token, mems=mems, mem_len=64, ext_len=0, return_log_probs=True)

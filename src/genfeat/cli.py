@@ -505,7 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "discriminator: the first N questions; 0: all)")
     e.add_argument("--squad-seed", type=int, default=None,
                    help="--task squad_split: the seed of the article split (default: the one the checkpoint was "
-                        "trained on; a checkpoint fine-tuned elsewhere: 0)")
+                        "trained on; a head trained for another task: 0; a squad_split head recording none: "
+                        "required)")
     e.add_argument("--clamp-len", type=int, default=None,
                    help="LM: relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
     e.add_argument("--batch-size", type=int, default=None,

@@ -89,10 +89,12 @@ def generate(model: nn.Module, context: Tensor, length: int, *, top_k: int = 40,
     with torch.no_grad():
         fed = None if pad is None else pad[:, :-1]        # the padding among the positions fed so far
         n = ids.shape[1] - 1
-        # one segment, but a learned-position model reads at most max_klen tokens a segment: several, with memory
+        # one segment, but a learned-position model reads at most max_klen tokens a segment: several, with memory,
+        # cut from the right, so that every row of a left-padded batch has the boundaries its prompt alone has
         step = model.config.max_klen if model.config.attn_type == "absolute_learned" else max(n, 1)
-        for start in range(0, n, step):
-            end, m = min(start + step, n), mems[0].shape[1] if mems else 0
+        edges = sorted({0, *range(n % step, n + 1, step)})
+        for start, end in zip(edges, edges[1:]):
+            m = mems[0].shape[1] if mems else 0
             keys = None if fed is None else fed[:, start - m:end]
             mems = model(ids[:, start:end], mems=mems, mem_len=mem_len, ext_len=0, cache=cache,
                          key_padding=keys).mems

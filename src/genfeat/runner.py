@@ -55,8 +55,9 @@ class MethodSpec:
     and its outputs (threads, checkpointing, pictures), not of what is trained (:func:`_check_resume_identity`)."""
     inputs: tuple[str, ...] = ()
     """Recipe fields (dotted names) that name a model file or directory the run reads (an init checkpoint, a density
-    model, word vectors): the run's record keeps a digest of its contents (:func:`input_digests`), so that a
-    ``--resume`` refuses other contents at the same path (the steps after it would train against another model)."""
+    model, word vectors): the run's record keeps a digest of its contents (:func:`input_digests`: a directory's files,
+    not its sub-folders), so that a ``--resume`` refuses other contents at the same path (the steps after it would
+    train against another model)."""
 
 
 _METHODS: dict[str, MethodSpec] = {}
@@ -442,7 +443,7 @@ def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], s
         recorded = started.get("inputs", {}).get(name, digest)   # a record written before genfeat kept digests: none
         if recorded != digest:
             raise ConfigError(f"--resume: {name} '{values[name]}' holds other contents than when the run in '{out}' "
-                              f"started (sha256 {str(recorded)[:12]} then, "
+                              f"started (sha256 {recorded[:12] if recorded else 'missing'} then, "
                               f"{digest[:12] if digest else 'missing'} now)",
                               f"restore the {name} the run started from, or pass --overwrite to start it again with "
                               "this one, or another --out")

@@ -526,7 +526,8 @@ class Trainer:
             self.model.train()
             window: dict[str, list[float]] = {k: list(v) for k, v in restored.items()}
             window_items, window_t0 = 0.0, time.time()   # items_per_s: the items of this invocation's steps
-            stopped = False
+            # a checkpoint older code wrote at the evaluation that stopped the phase early: the phase has ended
+            stopped = 0 < start and bool(self.cfg.patience) and tracker.get("bad_evals", 0) >= self.cfg.patience
             step = start
 
             def log_window(done: int, step: int, lr: float) -> None:
@@ -553,7 +554,7 @@ class Trainer:
 
             with tqdm(total=phase.steps, initial=start, desc=phase.name, dynamic_ncols=True, mininterval=1.0,
                       disable=not (self.cfg.progress and self.dist.is_main)) as bar:
-                for step in range(start, phase.steps):
+                for step in range(start, phase.steps if not stopped else start):
                     stage = phase.stage_at(step)
                     opt = optimizers[stage.optimizer]
                     lr = phase.optimizers[stage.optimizer].config.lr_at(step, phase.steps)
@@ -601,5 +602,6 @@ class Trainer:
                                    history=tracker["history"], interrupted=True)
         if self._writer is not None:
             self._writer.close()
-        return TrainResult(steps=global_step, seconds=self._earlier_seconds + time.time() - start_time, best_metrics=tracker.get("best", {}),
-                           final_metrics=tracker.get("final", {}), history=tracker["history"])
+        return TrainResult(steps=global_step, seconds=self._earlier_seconds + time.time() - start_time,
+                           best_metrics=tracker.get("best", {}), final_metrics=tracker.get("final", {}),
+                           history=tracker["history"])

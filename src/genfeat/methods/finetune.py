@@ -553,7 +553,9 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
     """``cfg.tokenizer``; else one trained on ``texts`` into OUT/tokenizer (read back when resuming; a resumed
     run without one trains it in a temporary folder, for the checkpoint's vocabulary to be compared with, and
     writes nothing into OUT)."""
-    from ..data.tokenizers import TokenizerConfig, load_tokenizer, train_tokenizer
+    from ..data.tokenizers import load_tokenizer
+    from ..framework.distributed import init_distributed
+    from ..framework.trainer import resolve_device
 
     if cfg.tokenizer is not None:
         return load_tokenizer(cfg.tokenizer)
@@ -563,10 +565,22 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
     if kind is None:
         raise ConfigError(f"init is none and backbone is {cfg.backbone}, which needs a pretrained vocabulary",
                           "use backbone bert, xlnet or gpt for a run without pretraining, or name a tokenizer")
+    # under torchrun rank 0 alone writes OUT/tokenizer (one writer per path); the others train the same tokenizer
+    # (its training is deterministic) in a temporary folder, so that an error ends every rank alike
+    main_rank = init_distributed(resolve_device(cfg.train.device, "train.device")).is_main
+    if out_dir is not None and not resume and main_rank:
+        return _train_vocab_into(cfg, kind, texts, Path(out_dir) / "tokenizer")
+    with tempfile.TemporaryDirectory() as tmp:
+        return _train_vocab_into(cfg, kind, texts, Path(tmp) / "tokenizer")
+
+
+def _train_vocab_into(cfg: FineTuneRecipe, kind: str, texts: list[str], where: Path):
+    """A ``kind`` tokenizer of ``cfg.vocab_size`` trained on ``texts`` (one per line), written to ``where``."""
+    from ..data.tokenizers import TokenizerConfig, train_tokenizer
+
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         corpus.write_text("\n".join(" ".join(t.split()) for t in texts) + "\n", encoding="utf-8")
-        where = Path(out_dir) / "tokenizer" if out_dir is not None and not resume else Path(tmp) / "tokenizer"
         return train_tokenizer(TokenizerConfig(kind, cfg.vocab_size, lowercase=False), corpus, where, "vocab_size")
 
 
@@ -814,7 +828,7 @@ def _article_seed(model: FineTuneModel, spec: TaskSpec, checkpoint: str | Path, 
     if not spec.article_split:
         return 0 if requested is None else requested
     recorded = model.config.squad_seed
-    if recorded is None and (Path(checkpoint) / CONFIG_FILE).is_file():
+    if recorded is None and model.config.task == spec.name and (Path(checkpoint) / CONFIG_FILE).is_file():
         recipe = read_config(checkpoint).get("recipe")
         data = recipe.get("data") if isinstance(recipe, dict) else None
         recorded = data.get("squad_seed", 0) if isinstance(data, dict) else None

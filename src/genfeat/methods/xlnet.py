@@ -101,12 +101,12 @@ class XLNetRecipe(_PretrainingRecipe):
     def __post_init__(self):
         super().__post_init__()
         tokens = self.data.seq_len - 3     # a segment's tokens besides its <sep>, <sep> and <cls>
-        if self.objective.num_predict is not None and self.objective.num_predict >= tokens:
-            # the sampler cut it to every token of the segment, silently: predictions without any context
-            raise ConfigError(f"objective.num_predict {self.objective.num_predict} is not below the {tokens} tokens "
-                              f"a segment of data.seq_len {self.data.seq_len} holds besides its special tokens, so "
-                              "no token would be left as context", f"set objective.num_predict below {tokens} (the "
-                              "paper predicts about 1/K of them: objective.k), or null")
+        if self.objective.num_predict is not None and self.objective.num_predict > tokens:
+            # the sampler had cut it to the segment's tokens, silently
+            raise ConfigError(f"objective.num_predict {self.objective.num_predict} is more than the {tokens} tokens "
+                              f"a segment of data.seq_len {self.data.seq_len} holds besides its special tokens, so it "
+                              f"would be cut to {tokens}", f"set objective.num_predict to {tokens} or less (the paper "
+                              "predicts about 1/K of them: objective.k), or null")
 
 
 @dataclass
