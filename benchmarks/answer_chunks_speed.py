@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 
@@ -30,11 +31,15 @@ def main() -> None:
 
     from genfeat.data.answer_chunks import ChunkConfig, backend_name, extract_many, word_tokens
     from genfeat.data.gdan import GDANDataConfig, load_gdan_data
+    from genfeat.errors import GenfeatError
 
-    paragraphs = [p.text for p in load_gdan_data(GDANDataConfig(), args.seed).unlabelled]
-    texts, warm_up = paragraphs[:args.paragraphs], paragraphs[-1]
-    cfg = ChunkConfig(backend=args.backend, cache_dir=args.cache_dir)
-    extract_many([warm_up], ChunkConfig(backend=args.backend, cache_dir=""))
+    try:   # spaCy is the optional gdan extra: without it --backend spacy is one error line (--backend rules runs)
+        paragraphs = [p.text for p in load_gdan_data(GDANDataConfig(), args.seed).unlabelled]
+        texts, warm_up = paragraphs[:args.paragraphs], paragraphs[-1]
+        cfg = ChunkConfig(backend=args.backend, cache_dir=args.cache_dir)
+        extract_many([warm_up], ChunkConfig(backend=args.backend, cache_dir=""))
+    except GenfeatError as e:
+        sys.exit(f"error: {e}")
     cpu, wall = time.process_time(), time.time()
     chunks = extract_many(texts, cfg)
     cpu, wall = time.process_time() - cpu, time.time() - wall

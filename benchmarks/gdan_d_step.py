@@ -18,19 +18,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default="recipes/gdan/sl.yaml")
+    parser.add_argument("--recipe", default=str(Path(__file__).resolve().parents[1] / "recipes" / "gdan" / "sl.yaml"))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--eval", type=int, default=256, help="dev questions to score (0: none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="recipe override, e.g. bucket=1 (YAML value)")
     args = parser.parse_args()
+    if args.steps < 1 or args.eval < 0:
+        parser.error(f"--steps must be >= 1 and --eval >= 0, got {args.steps} and {args.eval}")
 
     import yaml
 

@@ -95,7 +95,7 @@ def main() -> None:
             result[f"batch_{b}"] = {"tokens_per_s": rates, "seconds": secs, "tokens_equal": equal,
                                     "speedup": rates["genfeat"] / rates["hf"],
                                     "speedup_no_cache": rates["genfeat_no_cache"] / rates["hf"]}
-    result["speedup"] = result[f"batch_{args.batch[-1]}"]["speedup"]
+    result["speedup"] = result[f"batch_{max(args.batch)}"]["speedup"]
     result["tokens_equal"] = equal_all
     print(json.dumps(result))
 

@@ -72,6 +72,8 @@ def main() -> None:
     words, counts = build_vocab(sentences, cfg.min_count)
     ids, sent = encode_sentences(sentences, words)
     cpu, t0 = time.process_time(), time.perf_counter()
+    if args.spread < 1:   # 0 trained without negatives (the figures printed as if it were a setting)
+        ap.error(f"--spread must be >= 1, got {args.spread}")
     with mock.patch.object(objective, "WindowSampler", sampler_class(args.spread, args.redraw_window)):
         model, _, steps = fit_word2vec(ids, sent, counts, cfg, args.seed)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu

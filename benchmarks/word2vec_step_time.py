@@ -19,6 +19,8 @@ import time
 
 import torch
 
+from genfeat.config import from_dict
+from genfeat.errors import GenfeatError
 from genfeat.methods.word2vec import Word2VecRecipe, build_vocab, encode_sentences, fit_word2vec, read_sentences
 
 
@@ -28,8 +30,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--recipe", default="{}", help="JSON of Word2VecRecipe fields to set")
     args = ap.parse_args()
+    if args.steps < 1:   # fit_word2vec's steps 0 means every epoch
+        ap.error(f"--steps must be >= 1, got {args.steps}")
     torch.set_num_threads(1)
-    cfg = Word2VecRecipe(**{"corpus": ["ptb:train"], **json.loads(args.recipe)})
+    try:
+        cfg = from_dict(Word2VecRecipe, {"corpus": ["ptb:train"], **json.loads(args.recipe)})
+    except (GenfeatError, ValueError) as e:   # an unknown or ill-typed field; JSON that does not parse
+        ap.error(f"--recipe: {e}")
     sentences = read_sentences(cfg)
     words, counts = build_vocab(sentences, cfg.min_count)
     ids, sent = encode_sentences(sentences, words)

@@ -166,6 +166,8 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the memory probes (the *memory_ratio figures are then null)")
     args = parser.parse_args()
+    if args.rounds < 1 or args.round_steps < 1:
+        parser.error(f"--rounds and --round-steps must be >= 1, got {args.rounds} and {args.round_steps}")
     rounds, round_steps = args.rounds, args.round_steps
     if args.memory_probe:
         memory_probe(args.memory_probe, args.precision)

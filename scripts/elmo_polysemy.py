@@ -92,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         model, vocab, chars = load_elmo(args.checkpoint)
-        lines = text_path(args.corpus).read_text(encoding="utf-8").splitlines()
+        corpus = text_path(args.corpus)
+        if not corpus.is_file():
+            raise DataError(f"corpus '{args.corpus}' has no file at '{corpus}'", "pass NAME:SPLIT of a registered "
+                            "corpus (e.g. ptb:train) whose files are in GENFEAT_DATA, or a text file")
+        lines = corpus.read_text(encoding="utf-8").splitlines()
         words = vocab.symbols
         with torch.no_grad():   # the context-free token vector of every vocabulary word: [V, d]
             token_table = torch.cat([model.tokens(model.spelling[i:i + 2048]) for i in range(0, len(words), 2048)])

@@ -28,7 +28,7 @@ from genfeat.config import from_dict
 from genfeat.data.answer_chunks import ChunkConfig
 from genfeat.data.gdan import GDANDataConfig, QAExample, load_gdan_data
 from genfeat.data.question_gen import answer_examples
-from genfeat.errors import DataError
+from genfeat.errors import DataError, GenfeatError
 from genfeat.framework.checkpoint import read_config
 from genfeat.framework.trainer import METRICS_FILE
 from genfeat.io import atomic_path
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         print(json.dumps(args.fn(args)))
-    except DataError as e:
+    except GenfeatError as e:
         sys.exit(f"error: {e}")
 
 

@@ -49,6 +49,9 @@ def read_curves(run_dir: str | Path, train_key: str | None = None) -> dict:
             if key in rec:
                 keys.add(key)
                 train[int(rec["step"])] = float(rec[key])
+    if train_key and not train:
+        raise DataError(f"no training record of {path} holds '{train_key}'", "pass a --train-key the run logs (or "
+                        "none: the objective's loss)")
     if not train and not valid:
         raise DataError(f"{path} holds no training or evaluation records", "the run has not logged yet")
     return {"train": sorted(train.items()), "valid": sorted(valid.items()),

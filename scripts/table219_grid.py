@@ -91,8 +91,8 @@ T5_TASKS = ("sst2", "stsb", "mrpc", "rte")
 SAVE_EVERY = 100  # fine-tuning steps between checkpoints (OUT/last), from which a job killed at a deadline resumes
 TEXT_FILES = {"train": ("imdb:train", 10_000, "imdb_train.txt"), "valid": ("imdb:valid", 100, "imdb_valid.txt")}
 
-SMOKE_PRETRAIN = ["--steps", "4", "--train.eval_every", "2", "--train.log_every", "2", "--data.max_documents", "200",
-                  "--data.valid_documents", "5", "--data.vocab_size", "600"]
+SMOKE_DATA = ["--data.max_documents", "200", "--data.valid_documents", "5", "--data.vocab_size", "600"]
+SMOKE_PRETRAIN = ["--steps", "4", "--train.eval_every", "2", "--train.log_every", "2", *SMOKE_DATA]
 SMOKE_FINETUNE = ["--steps", "4", "--train.eval_every", "2", "--train.log_every", "2", "--data.max_train_examples", "64",
                   "--data.max_eval_examples", "32"]
 
@@ -140,6 +140,7 @@ def jobs(runs: Path, text: Path | None, seeds: list[int], smoke: bool, fig2_step
            for name, recipe in PRETRAIN.items()]
     if fig2_steps:  # GPT-1 Fig. 2 (right) over a longer pretraining: the two recipes, evaluated 20 times
         out += [Job(f"pre_fig2_{name}", [PRETRAIN[name], "--seed", "0", "--out", str(runs / f"fig2_{name}"), *text_args,
+                                         *(SMOKE_DATA if smoke else []),   # its data's size; the steps asked
                                          "--steps", str(fig2_steps), "--train.eval_every", str(max(1, fig2_steps // 20))],
                     f"fig2_{name}", meta={"kind": "pretrain", "row": f"fig2_{name}"})
                 for name in ("gpt_pretrain", "pretrain_lstm")]
@@ -247,6 +248,8 @@ def read_records(paths: list[str]) -> list[dict]:
     grid killed while writing it, a gzip file cut short) is left out with a warning naming the file and line."""
     records = []
     for p in paths:
+        if not Path(p).is_file():
+            sys.exit(f"error: '{p}' is not a file. fix: pass the results.jsonl of a grid run (or docs/data/*.jsonl.gz)")
         try:
             with (gzip.open if p.endswith(".gz") else open)(p, "rt", encoding="utf-8") as f:
                 for number, line in enumerate(f, 1):

@@ -47,4 +47,6 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(DataError, match="cannot tell the training loss"):
         read_curves(two)
     assert read_curves(two, train_key="lm")["train"] == [(1, 2.0)]
+    with pytest.raises(DataError, match="no training record of .* holds 'nope'"):      # drew an empty panel
+        read_curves(two, train_key="nope")
     assert not (tmp_path / "x.png").exists()

@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import table219_grid as grid  # noqa: E402
@@ -47,6 +49,10 @@ def test_fig2_and_smoke_arguments():
     assert [j.argv[0] for j in fig2] == ["recipes/gpt/pretrain.yaml", "recipes/gpt/pretrain_lstm.yaml"]
     assert fig2[0].argv[fig2[0].argv.index("--steps") + 1] == "5000"
     assert "--data.train_text" not in fig2[0].argv                       # no --text: imdb:train itself
+    assert all(fig2[0].argv[fig2[0].argv.index(f) + 1] == v for f, v in zip(grid.SMOKE_DATA[::2], grid.SMOKE_DATA[1::2]))
+    assert fig2[0].argv.count("--steps") == 1 and fig2[0].argv.count("--train.eval_every") == 1
+    with pytest.raises(SystemExit, match="'nope.jsonl' is not a file"):
+        grid.read_records(["nope.jsonl"])
     ft = [j for j in jobs if j.meta["kind"] != "pretrain"]
     assert all(j.argv[j.argv.index("--steps") + 1] == "4" for j in ft)
     assert all(("--vocab_size" in j.argv) == (j.needs is None) for j in ft)
