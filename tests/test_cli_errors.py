@@ -387,3 +387,13 @@ def test_pretraining_errors_name_the_recipe_fields_and_a_resumed_run_counts_all_
     torch.save(state, tmp_path / "g" / "last" / "trainer_state.pt")
     done = run_recipe("recipes/gpt/debug.yaml", over, [0], out_dir=tmp_path / "g", progress=False, resume=True)
     assert 1000.0 < done["train_seconds"] < 1100.0
+
+
+def test_an_empty_npy_file_is_one_error_line(tmp_path, tiny_checkpoint, capsys):
+    from genfeat.cli import main
+
+    (tmp_path / "empty.npy").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--data", str(tmp_path / "empty.npy"), "--tgt-len",
+                 "4", "--mem-len", "4"]) == 2
+    assert "empty.npy' is not a readable .npy array" in capsys.readouterr().err

@@ -349,3 +349,26 @@ def test_tokens_outside_the_vocabulary_are_counted_per_split(tmp_path):
     assert corpus.splits["all"].tolist() == [1, 3, 2, 0, 1] and corpus.oov == {"all": 1}
     with pytest.raises(DataError, match="'enwik8' is byte level but the vocabulary given is of kind 'word'"):
         load_split("enwik8:valid", words)
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ({"symbols": ["a", "b", "a", "<unk>"]}, "1 repeated entries"),
+    ({"symbols": "abc"}, "not a list of strings"),
+    ({"unk": "<UNK>"}, "is not a symbol"),
+    ({"add_eos": "false"}, r"'add_eos' \('false'\) is not true/false"),
+])
+def test_a_hand_edited_vocabulary_is_refused_when_it_cannot_mean_what_it_says(tmp_path, edit, needle):
+    """A repeated symbol encoded a word with another id (silently); an unk that is not a symbol was a KeyError at the
+    first unknown word; a string add_eos counted as true."""
+    import json
+
+    from genfeat.errors import CheckpointError
+
+    SymbolVocab(["a", "b", "c", "<unk>"], "word", unk="<unk>").save(tmp_path / "v.json")
+    data = {**json.loads((tmp_path / "v.json").read_text()), **edit}
+    (tmp_path / "v.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match=needle):
+        load_vocab(tmp_path / "v.json")
+    (tmp_path / "ids.json").write_text(json.dumps({"kind": "ids", "size": -5}))
+    with pytest.raises(CheckpointError, match="'size' is -5, not a positive integer"):
+        load_vocab(tmp_path / "ids.json")

@@ -196,7 +196,7 @@ def _encode(text: str, vocab: Vocab) -> tuple[torch.Tensor, int]:
 def _load_npy(path: Path) -> torch.Tensor:
     try:
         arr = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, EOFError) as e:   # EOFError: an empty file
         raise DataError(f"'{path}' is not a readable .npy array ({e})",
                         "save token ids with numpy.save(path, ids) as a 1-D integer array") from None
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):

@@ -77,6 +77,18 @@ def data_root() -> Path:
     return Path(os.environ.get("GENFEAT_DATA") or Path.home() / ".cache" / "genfeat").expanduser()
 
 
+def _root_origin() -> str:
+    """Where :func:`data_root` comes from, for messages."""
+    return "set by GENFEAT_DATA" if os.environ.get("GENFEAT_DATA") else "the default: GENFEAT_DATA is not set"
+
+
+def _by_hand(spec: FileSpec, dest: Path) -> str:
+    """How to place ``spec``'s file at ``dest`` by hand: download it, or extract it from the zip its URL names."""
+    if spec.archive_member is not None:
+        return f"extract the member '{spec.archive_member}' of the zip archive {spec.url} to '{dest}'"
+    return f"download {spec.url} by hand to '{dest}'"
+
+
 def digest_of(path: Path, algorithm: str = "sha256") -> str:
     """Hex digest of a file: ``sha256``, ``sha1``, ``md5`` or ``git-blob`` (git's object id of the file)."""
     if algorithm == "git-blob":
@@ -150,8 +162,8 @@ def _fetch(spec: FileSpec, dest: Path) -> None:
             verify(tmp, spec, download=dest)
     except (OSError, zipfile.BadZipFile, KeyError) as e:
         raise DataError(f"'{dest}' is missing and downloading it from {spec.url} failed ({e})",
-                        f"download it by hand to '{dest}' (the data directory searched is '{data_root()}', "
-                        f"set by GENFEAT_DATA), or point GENFEAT_DATA at a directory that holds "
+                        f"{_by_hand(spec, dest)} (the data directory searched is '{data_root()}', "
+                        f"{_root_origin()}), or point GENFEAT_DATA at a directory that holds "
                         f"'{spec.relpath}'") from None
 
 
@@ -164,8 +176,8 @@ def resolve(name: str, key: str, download: bool = True) -> Path:
     path = data_root() / spec.relpath
     if not path.is_file():
         if not download:
-            raise DataError(f"'{path}' is missing (data directory '{data_root()}', set by GENFEAT_DATA)",
-                            f"fetch it from {spec.url}, or set GENFEAT_DATA to a directory holding '{spec.relpath}'")
+            raise DataError(f"'{path}' is missing (data directory '{data_root()}', {_root_origin()})",
+                            f"{_by_hand(spec, path)}, or set GENFEAT_DATA to a directory holding '{spec.relpath}'")
         _download(spec, path)
     verify(path, spec)
     return path

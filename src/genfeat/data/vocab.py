@@ -415,11 +415,21 @@ def load_vocab(path: str | Path) -> Vocab:
         data = json.loads(path.read_text())
         kind = data["kind"]
         if kind in ("word", "char"):
-            return SymbolVocab(list(data["symbols"]), kind, data.get("unk"), data.get("add_eos", True))
+            symbols, unk, add_eos = data["symbols"], data.get("unk"), data.get("add_eos", True)
+            # a hand-edited file: each problem below read ids as other tokens, or failed later with a KeyError
+            if not isinstance(symbols, list) or not all(isinstance(x, str) for x in symbols):
+                raise ValueError("'symbols' is not a list of strings")
+            if len(set(symbols)) != len(symbols):
+                raise ValueError(f"'symbols' holds {len(symbols) - len(set(symbols))} repeated entries")
+            if not isinstance(add_eos, bool) or (unk is not None and unk not in symbols):
+                raise ValueError(f"'add_eos' ({add_eos!r}) is not true/false, or 'unk' ({unk!r}) is not a symbol")
+            return SymbolVocab(symbols, kind, unk, add_eos)
         if kind == "byte":
             return ByteVocab()
         if kind == "ids":
-            return IdVocab(int(data["size"]))
+            if not isinstance(data["size"], int) or data["size"] < 1:
+                raise ValueError(f"'size' is {data['size']!r}, not a positive integer")
+            return IdVocab(data["size"])
         if kind == "bpe":
             return BPEVocab(_tokenizer_from_json(data["tokenizer"]))
         if kind == "sentencepiece":
