@@ -174,6 +174,10 @@ def test_answer_examples_map_chunks_onto_words():
     assert len(two) == 2 and {e.uid for e in two} <= {e.uid for e in examples}
     cut = Paragraph(p.uid, p.text, p.tokens[:3], p.offsets[:3])  # "In 1848 ,"
     assert [cut.span_text(e.start, e.end) for e in answer_examples([cut], ChunkConfig(backend="rules"))] == ["1848"]
+    # a chunk inside a word ("10" of "10th") is the word: its answer and its id (start + length) say so
+    centuries = Paragraph.of("line1", "The Normans in the 10th and 11th centuries gave their name to Normandy.")
+    tenth = [e for e in answer_examples([centuries], ChunkConfig(backend="rules")) if "10" in e.answers[0]]
+    assert [(e.answers[0], e.uid) for e in tenth] == [("10th", f"line1#{centuries.text.index('10th')}+4")]
 
 
 def test_question_ids_are_unique_per_answer_span_and_stable(tmp_path):

@@ -179,3 +179,24 @@ def test_a_config_json_of_the_wrong_shape_is_one_checkpoint_error(tmp_path):
             from_pretrained(tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text(json.dumps(good))
     assert _same_density(from_pretrained(tmp_path / "m"), _pixelcnn())
+
+
+def test_the_package_api_loads_with_the_vocabulary_runs_recipes_and_names_an_unknown_architecture(tmp_path):
+    """genfeat.load_checkpoint gives the vocabulary from_pretrained drops (a directory saved without it cannot be
+    scored by the command line); genfeat.run_recipe is genfeat run's; an unknown architecture is named as such (it
+    read "holds a transformer_xl model, not foo")."""
+    import genfeat
+    from genfeat.data.vocab import IdVocab
+    from genfeat.errors import CheckpointError
+    from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+
+    model = TransformerXLLMHeadModel(TransformerXLConfig(n_token=12, d_model=8, n_head=2, d_head=4, d_inner=16,
+                                                         n_layer=1, mem_len=2))
+    genfeat.save_pretrained(model, tmp_path / "m", IdVocab(12))
+    loaded, vocab = genfeat.load_checkpoint(tmp_path / "m")
+    assert len(vocab) == 12 and isinstance(loaded, TransformerXLLMHeadModel)
+    with pytest.raises(CheckpointError, match="unknown architecture 'foo'. fix: use one of: .*transformer_xl"):
+        genfeat.from_pretrained(tmp_path / "m", "foo")
+    result = genfeat.run_recipe("recipes/transformer_xl/debug.yaml", {"steps": 2, "train": {"eval_every": 0}}, [0],
+                                out_dir=tmp_path / "run", progress=False)
+    assert result["steps"] == 2 and (tmp_path / "run" / "final").is_dir()

@@ -170,6 +170,9 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
         The model in eval mode, on CPU, fp32.
     """
     path = Path(path)
+    if architecture is not None and architecture not in ARCHITECTURES:
+        raise CheckpointError(f"unknown architecture '{architecture}'", f"use one of: {', '.join(sorted(ARCHITECTURES))}"
+                              " (or none: whatever the checkpoint holds)")
     fix = "pass a genfeat checkpoint (e.g. runs/NAME/final) or a Hugging Face model directory"
     if not path.exists():
         raise CheckpointError(f"checkpoint '{path}' does not exist", fix)

@@ -128,8 +128,9 @@ def answer_examples(paragraphs: Sequence[Paragraph], cfg: ChunkConfig | None = N
     """One example with an empty question per answer chunk of each paragraph (the inputs of U_G).
 
     Chunks are found on the paragraph's text (:func:`genfeat.data.answer_chunks.extract_many`) and mapped
-    to the paragraph's words; a chunk beyond a cut paragraph's last word is skipped. The uid is
-    :func:`answer_uid`'s.
+    to the paragraph's words; a chunk beyond a cut paragraph's last word is skipped. The answer is those
+    words' text (a chunk starting or ending inside a word, "10" of "10th", is the whole word, as G reads it),
+    and the uid is :func:`answer_uid`'s of that text.
 
     Args:
         per_paragraph: keep at most this many chunks per paragraph, drawn with ``seed`` (0: all).
@@ -141,7 +142,9 @@ def answer_examples(paragraphs: Sequence[Paragraph], cfg: ChunkConfig | None = N
         for c in chunks:
             span = p.word_span(c.start, c.end)
             if span is not None and c.end <= p.offsets[-1][1]:
-                found.append(QAExample(answer_uid(p.uid, c.start, c.text), p, (), span[0], span[1], (c.text,)))
+                text = p.span_text(*span)
+                found.append(QAExample(answer_uid(p.uid, p.offsets[span[0]][0], text), p, (), span[0], span[1],
+                                       (text,)))
         if per_paragraph and len(found) > per_paragraph:
             found = [found[i] for i in sorted(rng.sample(range(len(found)), per_paragraph))]
         out.extend(found)
