@@ -397,3 +397,26 @@ def test_an_empty_npy_file_is_one_error_line(tmp_path, tiny_checkpoint, capsys):
     assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--data", str(tmp_path / "empty.npy"), "--tgt-len",
                  "4", "--mem-len", "4"]) == 2
     assert "empty.npy' is not a readable .npy array" in capsys.readouterr().err
+
+
+def test_wrong_inputs_to_a_models_forward_are_one_clear_exception():
+    """A list, float ids or another rank failed deep inside the models in torch's words ("'list' object has no
+    attribute 'shape'", "Expected tensor for argument #1 'indices'", "too many values to unpack")."""
+    from genfeat.models.bert import BertConfig, BertForMaskedLM
+    from genfeat.models.gpt import GPTConfig, GPTLMHeadModel
+    from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
+    from genfeat.models.xlnet import XLNetConfig, XLNetLMHeadModel
+
+    models = [TransformerXLLMHeadModel(TransformerXLConfig(n_token=20, d_model=8, n_head=2, d_head=4, d_inner=16,
+                                                           n_layer=1)),
+              BertForMaskedLM(BertConfig(n_token=20, d_model=8, n_head=2, d_inner=16, n_layer=1, max_position=16)),
+              XLNetLMHeadModel(XLNetConfig(n_token=20, d_model=8, n_head=2, d_head=4, d_inner=16, n_layer=1)),
+              GPTLMHeadModel(GPTConfig(n_token=20, d_model=8, n_head=2, d_inner=16, n_layer=1, max_position=16))]
+    for model in models:
+        with pytest.raises(TypeError, match="input_ids must be a torch tensor of token ids.*got list"):
+            model([[1, 2, 3]])
+        with pytest.raises(TypeError, match=r"input_ids must hold integer token ids \(torch.long\), got torch.float32"):
+            model(torch.ones(2, 3))
+    for model in models[:3]:
+        with pytest.raises(ValueError, match=r"input_ids must be \[b, t\], got shape \(2, 3, 4\)"):
+            model(torch.ones(2, 3, 4, dtype=torch.long))

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
-from ..nn.adaptive import check_ids
+from ..nn.adaptive import check_ids, check_token_input
 from ..nn.attention import MultiHeadAttention
 from ..nn.feedforward import PositionwiseFeedForward
 
@@ -133,6 +133,7 @@ class BertModel(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None) -> Tensor:
         cfg = self.config
+        check_token_input(input_ids, "input_ids", "[b, t]")
         b, t = input_ids.shape
         if t > cfg.max_position:
             raise ValueError(f"input of {t} tokens is longer than the {cfg.max_position} positions the model has: "

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..config import Config
 from ..generation import check_sampling, left_padding, sample_top_k
-from ..nn.adaptive import check_ids, full_target_log_prob
+from ..nn.adaptive import check_ids, check_token_input, full_target_log_prob
 from ..nn.attention import MultiHeadAttention, causal_mask
 from ..nn.feedforward import PositionwiseFeedForward
 
@@ -234,6 +234,9 @@ class GPTLMHeadModel(nn.Module):
                 position_ids: Tensor | None = None, labels: Tensor | None = None, use_cache: bool = False,
                 return_logits: bool | None = None) -> GPTOutput:
         cfg = self.config
+        check_token_input(input_ids, "input_ids")
+        if input_ids.dim() == 0:
+            raise ValueError("input_ids must be [..., t] (e.g. [b, t]; [b, k, t] for multiple choice), got a scalar")
         shape, t = input_ids.shape, input_ids.shape[-1]
         m = 0 if past is None else past[0][0].shape[2]
         if m + t > cfg.max_position:

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from ..config import Config, check_least, to_dict
 from ..data.vocab import EOS
 from ..errors import CheckpointError, ConfigError
+from ..nn.adaptive import check_token_input
 from ..tasks.transforms import InputFormat, Packed, input_format
 
 HeadKind = Literal["classification", "regression", "multiple_choice", "span"]
@@ -531,6 +532,9 @@ class FineTuneModel(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 summary_index: Tensor | None = None, context_mask: Tensor | None = None,
                 memory_ids: Tensor | None = None, lm: bool = False, start_positions: Tensor | None = None) -> TaskOutput:
+        """The task scores of ``input_ids`` [b, k, t]: k sequences per example (1 but for multiple choice and GPT-1's
+        similarity, which reads both orders), as genfeat.tasks.TaskEncoder packs them (see the class docstring)."""
+        check_token_input(input_ids, "input_ids", "[b, k, t]")
         b, k, t = input_ids.shape
         flat = [None if x is None else x.reshape(b * k, -1) for x in (input_ids, attention_mask, token_type_ids)]
         if summary_index is None:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
-from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax
+from ..nn.adaptive import AdaptiveEmbedding, AdaptiveLogSoftmax, check_token_input
 from ..nn.attention import (MultiHeadAttention, ProjectionCache, RelativeMultiHeadAttention, causal_mask,
                             sinusoid)
 from ..nn.feedforward import PositionwiseFeedForward
@@ -252,6 +252,7 @@ class TransformerXLLMHeadModel(nn.Module):
         mem_len = cfg.mem_len if mem_len is None else mem_len
         clamp_len = cfg.clamp_len if clamp_len is None else clamp_len
         ext_len = cfg.ext_len if ext_len is None else ext_len
+        check_token_input(input_ids, "input_ids", "[b, t]")
         b, t = input_ids.shape
         if cfg.attn_type == "absolute_learned" and t > cfg.max_klen:
             raise ValueError(f"a segment of {t} tokens is longer than the {cfg.max_klen} learned positions (max_klen)")

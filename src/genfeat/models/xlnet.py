@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import Config
-from ..nn.adaptive import check_ids
+from ..nn.adaptive import check_ids, check_token_input
 from ..nn.attention import RelativeMultiHeadAttention, sinusoid
 from ..nn.feedforward import PositionwiseFeedForward
 from ..nn.layer_norm import OutputSavingLayerNorm
@@ -281,6 +281,7 @@ class XLNetLMHeadModel(nn.Module):
                 mems: list[Tensor] | None = None, masked_positions: Tensor | None = None,
                 return_logits: bool = True) -> XLNetOutput:
         cfg = self.config
+        check_token_input(input_ids, "input_ids", "[b, t]")
         b, t = input_ids.shape
         check_ids(input_ids, cfg.n_token, "input_ids")
         for name, x, shape in (("perm_mask", perm_mask, (b, t, t)), ("token_type_ids", token_type_ids, (b, t)),
