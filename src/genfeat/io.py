@@ -86,17 +86,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it is renamed onto ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
+    tmp_path = None
+    try:   # created inside the try: a Ctrl-C right after its creation still removes it
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
-        if tmp_path.exists():
+        if tmp_path is not None and tmp_path.exists():
             tmp_path.unlink()
 
 
@@ -114,8 +115,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
+    tmp = None
+    try:   # created inside the try: a Ctrl-C right after its creation still removes it
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         yield tmp
         _open_modes(tmp)
         backup = backup_path(path)
@@ -129,7 +131,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         if backup.exists():
             shutil.rmtree(backup)
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             shutil.rmtree(tmp)
 
 
