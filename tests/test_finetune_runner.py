@@ -82,6 +82,10 @@ def test_a_head_for_another_task_or_a_foreign_tokenizer_is_one_error_line(debug_
                          capsys)                                  # without --task: were ignored silently
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--split, --squad-seed belong(s) to task evaluation (--task), not to a language model's" in err
+    code, stdout, err = _main(["evaluate", "--checkpoint", str(out / "final"), "--task", "sst2", "--split", "test",
+                               "--max-examples", "8", "--json"], capsys)      # GLUE's test file has no labels
+    assert code == 0 and "split 'test' of task 'sst2' has no labels, so no metric is computed" in err
+    assert json.loads(stdout.splitlines()[-1])["examples"] == 8
     # the checkpoint with the vocabulary of a smaller tokenizer
     import shutil
 

@@ -899,6 +899,9 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
     outs = predict(model.to(target), items, encoder.fmt, batch_size)
     preds = predictions(spec, examples, items, outs, encoder.fmt)
     result: dict[str, Any] = dict(scores(spec, examples, preds))
+    if not result:   # an unlabelled split (GLUE's test files): the predictions are all there is
+        print(f"note: split '{split}' of task '{spec.name}' has no labels, so no metric is computed"
+              f"{'' if predictions_file else '; --predictions FILE writes the predictions'}", file=sys.stderr)
     if predictions_file is not None:
         write_predictions(spec, examples, preds, predictions_file)
     result.update({"task": task, "split": split, "checkpoint": str(checkpoint), "examples": len(examples),
