@@ -79,14 +79,15 @@ def register_method(name: str, config_cls: type, pretraining: bool = False, resu
 def _digest(path: Path) -> str | None:
     """sha256 of a file, or of a directory's files (names and contents, in name order; sub-folders aside); None
     when the path does not exist."""
+    from .data.registry import digest_of
+
     if path.is_file():
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
+        return digest_of(path)
     if not path.is_dir():
         return None
     h = hashlib.sha256()
     for file in sorted(p for p in path.iterdir() if p.is_file()):
-        h.update(file.name.encode() + b"\0" + (_digest(file) or "").encode())
+        h.update(file.name.encode() + b"\0" + digest_of(file).encode())
     return h.hexdigest()
 
 
@@ -438,11 +439,10 @@ def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], s
         shown = "; ".join(f"{k} {then.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
         raise ConfigError(f"--resume: the run in '{out}' was started with another recipe ({shown}"
                           f"{'; ...' if len(changed) > 4 else ''})", fix)
-    values = dotted(run["recipe"])
     for name, digest in run.get("inputs", {}).items():
         recorded = started.get("inputs", {}).get(name, digest)   # a record written before genfeat kept digests: none
         if recorded != digest:
-            raise ConfigError(f"--resume: {name} '{values[name]}' holds other contents than when the run in '{out}' "
+            raise ConfigError(f"--resume: {name} '{now[name]}' holds other contents than when the run in '{out}' "
                               f"started (sha256 {recorded[:12] if recorded else 'missing'} then, "
                               f"{digest[:12] if digest else 'missing'} now)",
                               f"restore the {name} the run started from, or pass --overwrite to start it again with "

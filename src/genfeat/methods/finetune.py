@@ -554,8 +554,6 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
     run without one trains it in a temporary folder, for the checkpoint's vocabulary to be compared with, and
     writes nothing into OUT)."""
     from ..data.tokenizers import load_tokenizer
-    from ..framework.distributed import init_distributed
-    from ..framework.trainer import resolve_device
 
     if cfg.tokenizer is not None:
         return load_tokenizer(cfg.tokenizer)
@@ -567,8 +565,7 @@ def _train_vocab(cfg: FineTuneRecipe, texts: list[str], out_dir: Path | None, re
                           "use backbone bert, xlnet or gpt for a run without pretraining, or name a tokenizer")
     # under torchrun rank 0 alone writes OUT/tokenizer (one writer per path); the others train the same tokenizer
     # (its training is deterministic) in a temporary folder, so that an error ends every rank alike
-    main_rank = init_distributed(resolve_device(cfg.train.device, "train.device")).is_main
-    if out_dir is not None and not resume and main_rank:
+    if out_dir is not None and not resume and os.environ.get("RANK", "0") == "0":
         return _train_vocab_into(cfg, kind, texts, Path(out_dir) / "tokenizer")
     with tempfile.TemporaryDirectory() as tmp:
         return _train_vocab_into(cfg, kind, texts, Path(tmp) / "tokenizer")
