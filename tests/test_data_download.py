@@ -1,10 +1,12 @@
 """Download and verify: a dataset file served over HTTP from 127.0.0.1 lands under its canonical
-name only after its checksum matches; a wrong file, a missing one or a bad archive leaves nothing."""
+name only after its checksum matches; a wrong file, a missing one, a bad archive or a download past
+its deadline leaves nothing; GENFEAT_OFFLINE=1 downloads nothing."""
 
 import hashlib
 import http.server
 import io
 import threading
+import time
 import zipfile
 from contextlib import contextmanager
 
@@ -12,7 +14,7 @@ import pytest
 
 from genfeat.data import registry
 from genfeat.data.registry import DatasetSpec, FileSpec
-from genfeat.errors import DataError
+from genfeat.errors import ConfigError, DataError
 
 CONTENT = b"the quick brown fox\njumps over the lazy dog\n" * 200
 
@@ -22,10 +24,12 @@ def serve(files: dict[str, bytes]):
     """Serve ``files`` (path -> bytes) at http://127.0.0.1:PORT/path from a thread.
 
     Each response is sent in two halves; between them the handler runs ``on_half`` (set on the
-    yielded state), so a test can look at the destination while a download is half done. The
-    server is shut down on exit, and its socket times out, so nothing outlives the test.
+    yielded state), so a test can look at the destination while a download is half done. With
+    ``trickle`` (seconds) set on the state, the second half goes out a byte every 10 ms for that
+    long before the rest follows, as from a stalling server. The server is shut down on exit, and
+    its socket times out, so nothing outlives the test.
     """
-    state = {"requests": 0, "on_half": None}
+    state = {"requests": 0, "on_half": None, "trickle": 0.0}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         timeout = 10
@@ -43,7 +47,16 @@ def serve(files: dict[str, bytes]):
             self.wfile.flush()
             if state["on_half"] is not None:
                 state["on_half"]()
-            self.wfile.write(body[len(body) // 2:])
+            rest, until = body[len(body) // 2:], time.monotonic() + state["trickle"]
+            try:
+                while rest and time.monotonic() < until:
+                    self.wfile.write(rest[:1])
+                    self.wfile.flush()
+                    rest = rest[1:]
+                    time.sleep(0.01)
+                self.wfile.write(rest)
+            except (BrokenPipeError, ConnectionResetError):     # the client gave up: nothing more to send
+                pass
 
         def log_message(self, *args):
             pass
@@ -133,3 +146,49 @@ def test_a_failed_download_leaves_no_folder_it_created(tmp_path, monkeypatch):
                 "f": FileSpec("glue/SST-2/f.txt", f"{url}/missing.txt", None)}))
             registry.resolve("served", "f")
         assert [p.name for p in (tmp_path / "nonexistent").rglob("*")] == ["glue"]
+
+
+def test_offline_refuses_every_download_and_says_where_to_place_the_file(tmp_path, monkeypatch):
+    """GENFEAT_OFFLINE=1: a missing file is the DataError of download=False plus the reason, and no request is made."""
+    with serve({"f.txt": CONTENT}) as (url, state):
+        declare(monkeypatch, tmp_path, f"{url}/f.txt", hashlib.sha256(CONTENT).hexdigest())
+        monkeypatch.setenv("GENFEAT_OFFLINE", "1")
+        with pytest.raises(DataError, match=r"'.*served/f.txt' is missing \(data directory '.*', set by GENFEAT_DATA, "
+                                            r"and GENFEAT_OFFLINE=1 forbids downloading it\)\. fix: download "
+                                            rf"{url}/f.txt by hand to '.*served/f.txt'"):
+            registry.resolve("served", "f")
+        monkeypatch.setenv("GENFEAT_OFFLINE", "yes")
+        with pytest.raises(ConfigError, match="GENFEAT_OFFLINE is 'yes'.*fix: set it to 1"):
+            registry.resolve("served", "f")
+        assert state["requests"] == 0 and not (tmp_path / "data").exists()
+        monkeypatch.setenv("GENFEAT_OFFLINE", "0")
+        assert registry.resolve("served", "f").read_bytes() == CONTENT
+        monkeypatch.setenv("GENFEAT_OFFLINE", "1")
+        assert registry.resolve("served", "f").read_bytes() == CONTENT, "a file in place is read offline"
+
+
+def test_a_download_past_its_deadline_is_abandoned_and_leaves_nothing(tmp_path, monkeypatch):
+    """A server trickling bytes kept each receive under the 60 s socket timeout, so the download never ended;
+    GENFEAT_DOWNLOAD_TIMEOUT bounds the whole download."""
+    with serve({"f.txt": CONTENT}) as (url, state):
+        declare(monkeypatch, tmp_path, f"{url}/f.txt", hashlib.sha256(CONTENT).hexdigest())
+        state["trickle"] = 8.0
+        halfway = []
+        state["on_half"] = lambda: halfway.append(entries(tmp_path))
+        monkeypatch.setenv("GENFEAT_DOWNLOAD_TIMEOUT", "0.5")
+        start = time.monotonic()
+        with pytest.raises(DataError, match=rf"downloading '.*served/f.txt' from {url}/f.txt took longer than 0.5 s "
+                                            r"\(GENFEAT_DOWNLOAD_TIMEOUT; \d+ bytes received\), abandoned\. fix: download "
+                                            rf"{url}/f.txt by hand to .* or set GENFEAT_DOWNLOAD_TIMEOUT to more seconds"):
+            registry.resolve("served", "f")
+        assert time.monotonic() - start < 4
+        assert len(halfway) == 1 and len(halfway[0]) == 1, "the bytes went to a temporary file..."
+        assert not (tmp_path / "data").exists(), "...which is gone, with the folders made for it"
+        for value in ("soon", "0", "-1", "inf", "nan"):
+            monkeypatch.setenv("GENFEAT_DOWNLOAD_TIMEOUT", value)
+            with pytest.raises(ConfigError, match=f"GENFEAT_DOWNLOAD_TIMEOUT is '{value}', not a positive number"):
+                registry.resolve("served", "f")
+        assert state["requests"] == 1 and not (tmp_path / "data").exists()
+        state["trickle"] = 0.3
+        monkeypatch.setenv("GENFEAT_DOWNLOAD_TIMEOUT", "30")
+        assert registry.resolve("served", "f").read_bytes() == CONTENT, "a slow download within the deadline lands"

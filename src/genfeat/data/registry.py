@@ -3,19 +3,31 @@
 Files are read from ``$GENFEAT_DATA`` (default ``~/.cache/genfeat``) under the dataset's canonical
 relative path, downloaded there when absent, and verified. Offline, missing or corrupt data ends
 in one :class:`~genfeat.errors.DataError` naming the file and the fix.
+
+Two environment variables govern downloads:
+
+- ``GENFEAT_OFFLINE=1``: never download; a missing file is a DataError saying where to place it
+  (``0`` or unset: download).
+- ``GENFEAT_DOWNLOAD_TIMEOUT``: seconds one download may take in all (default 3600), checked
+  whenever bytes arrive, so a server that trickles bytes cannot stall a run; past it the download
+  is abandoned (nothing is kept) with the DataError saying how to fetch the file by hand. A
+  connection that goes silent ends sooner, at the 60 s socket timeout.
+
+An invalid value of either is a :class:`~genfeat.errors.ConfigError` naming the variable.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
-import shutil
+import time
 import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..io import atomic_path
 
 
@@ -54,6 +66,11 @@ class DatasetSpec:
     note: str = ""
 
 
+DOWNLOAD_TIMEOUT = 3600.0
+"""Seconds one download may take when ``GENFEAT_DOWNLOAD_TIMEOUT`` is not set."""
+_SOCKET_TIMEOUT = 60.0
+_CHUNK = 1 << 16
+
 _REGISTRY: dict[str, DatasetSpec] = {}
 _VERIFIED: set[tuple[str, int, float]] = set()
 
@@ -80,6 +97,29 @@ def data_root() -> Path:
 def _root_origin() -> str:
     """Where :func:`data_root` comes from, for messages."""
     return "set by GENFEAT_DATA" if os.environ.get("GENFEAT_DATA") else "the default: GENFEAT_DATA is not set"
+
+
+def _offline() -> bool:
+    """Whether ``GENFEAT_OFFLINE`` forbids downloads (``1``; ``0``, empty or unset allow them)."""
+    value = os.environ.get("GENFEAT_OFFLINE", "")
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"GENFEAT_OFFLINE is {value!r}", "set it to 1 (never download) or 0, or unset it")
+    return value == "1"
+
+
+def _download_timeout() -> float:
+    """Seconds one download may take: ``GENFEAT_DOWNLOAD_TIMEOUT``, a positive number, or :data:`DOWNLOAD_TIMEOUT`."""
+    value = os.environ.get("GENFEAT_DOWNLOAD_TIMEOUT", "")
+    if not value:
+        return DOWNLOAD_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"GENFEAT_DOWNLOAD_TIMEOUT is {value!r}, not a positive number of seconds",
+                          f"set it to the seconds one download may take (e.g. {DOWNLOAD_TIMEOUT:g}), or unset it")
+    return seconds
 
 
 def _by_hand(spec: FileSpec, dest: Path) -> str:
@@ -150,10 +190,24 @@ def _download(spec: FileSpec, dest: Path) -> None:
 
 
 def _fetch(spec: FileSpec, dest: Path) -> None:
+    """Download ``spec.url`` to a temporary name beside ``dest`` in pieces, giving up when it takes longer than
+    :func:`_download_timeout` in all, then extract and verify it, and rename it to ``dest``."""
+    limit = _download_timeout()
+    where = (f"(the data directory searched is '{data_root()}', {_root_origin()}), or point GENFEAT_DATA at a "
+             f"directory that holds '{spec.relpath}'")
+    deadline = time.monotonic() + limit
     try:
         with atomic_path(dest) as tmp:
-            with urllib.request.urlopen(spec.url, timeout=60) as resp, open(tmp, "wb") as out:
-                shutil.copyfileobj(resp, out)
+            with urllib.request.urlopen(spec.url, timeout=min(_SOCKET_TIMEOUT, limit)) as resp, \
+                    open(tmp, "wb") as out:
+                # read1 returns what one receive brings, so the deadline is checked while bytes trickle in
+                while chunk := resp.read1(_CHUNK):
+                    out.write(chunk)
+                    if time.monotonic() > deadline:
+                        raise DataError(f"downloading '{dest}' from {spec.url} took longer than {limit:g} s "
+                                        f"(GENFEAT_DOWNLOAD_TIMEOUT; {out.tell()} bytes received), abandoned",
+                                        f"{_by_hand(spec, dest)} {where}, or set GENFEAT_DOWNLOAD_TIMEOUT to "
+                                        "more seconds")
             if spec.archive_member is not None:
                 with zipfile.ZipFile(tmp) as zf, zf.open(spec.archive_member) as member:
                     data = member.read()
@@ -162,21 +216,26 @@ def _fetch(spec: FileSpec, dest: Path) -> None:
             verify(tmp, spec, download=dest)
     except (OSError, zipfile.BadZipFile, KeyError) as e:
         raise DataError(f"'{dest}' is missing and downloading it from {spec.url} failed ({e})",
-                        f"{_by_hand(spec, dest)} (the data directory searched is '{data_root()}', "
-                        f"{_root_origin()}), or point GENFEAT_DATA at a directory that holds "
-                        f"'{spec.relpath}'") from None
+                        f"{_by_hand(spec, dest)} {where}") from None
 
 
 def resolve(name: str, key: str, download: bool = True) -> Path:
-    """Local path of file ``key`` of dataset ``name``: found or downloaded, and verified."""
+    """Local path of file ``key`` of dataset ``name``: found or downloaded, and verified.
+
+    Args:
+        download: fetch a missing file from its URL; False, or ``GENFEAT_OFFLINE=1``, makes a missing
+            file a DataError saying where to place it.
+    """
     ds = get_dataset(name)
     if key not in ds.files:
         raise DataError(f"dataset '{name}' has no file '{key}'", f"use one of: {', '.join(ds.files)}")
     spec = ds.files[key]
     path = data_root() / spec.relpath
     if not path.is_file():
-        if not download:
-            raise DataError(f"'{path}' is missing (data directory '{data_root()}', {_root_origin()})",
+        offline = _offline()
+        if not download or offline:
+            refused = ", and GENFEAT_OFFLINE=1 forbids downloading it" if offline else ""
+            raise DataError(f"'{path}' is missing (data directory '{data_root()}', {_root_origin()}{refused})",
                             f"{_by_hand(spec, path)}, or set GENFEAT_DATA to a directory holding '{spec.relpath}'")
         _download(spec, path)
     verify(path, spec)
