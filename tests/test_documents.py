@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from genfeat.data.documents import (IMDB_VALID_FROM, PairLayout, XLNetPairStream, _IMDB_REVIEW, bert_examples,
-                                    encode_documents, read_documents, split_pair, split_sentences)
+from genfeat.data.documents import (IMDB_VALID_FROM, PairLayout, XLNetPairStream, _IMDB_REVIEW, _text_lines,
+                                    _wiki_articles, bert_examples, encode_documents, read_documents, split_pair,
+                                    split_sentences)
 from genfeat.errors import ConfigError, DataError
 
 DATA = Path(os.environ.get("GENFEAT_DATA", ""))
@@ -72,8 +73,20 @@ def test_wikitext_articles_and_ptb_lines():
     docs = read_documents("wikitext2:valid")
     assert len(docs) == 60                      # the articles of WikiText-2's validation split
     assert docs[0][0].startswith("Homarus gammarus , known as")
+    # test: 60 articles, not 62: two formula lines of "Constant k filter" have a title's shape after a line of text
+    test = read_documents("wikitext2:test")
+    assert len(test) == 60 and test[0][0].startswith("Robert <unk> is an English film")
+    assert any(s == "= 1 <unk> / s and a nominal <unk> k =" for doc in test for s in doc)
     (ptb,) = read_documents("ptb:valid")
     assert len(ptb) == 3370                     # one sentence per line
+
+
+def test_wikitext_titles_stand_between_blank_lines(tmp_path):
+    text = tmp_path / "wiki.tokens"
+    text.write_text(" = First = \n \n A filter of <unk> \n = 1 <unk> and C = \n 2 more . \n \n = = Part = = \n \n"
+                    " Text . \n \n = Second = \n \n Two . \n \n = Last = \n")
+    assert list(_wiki_articles(_text_lines(text))) == [
+        ["A filter of <unk>", "= 1 <unk> and C =", "2 more .", "= = Part = =", "Text ."], ["Two ."]]
 
 
 def test_encode_documents_ends_documents_with_eod():

@@ -9,7 +9,8 @@
   reviews ``train/{neg,pos}``; ``valid`` is the 1,000 unlabelled reviews with N >= 49,000. The test
   reviews are never read (the fine-tuning tasks score them). ``<br />`` tags end paragraphs.
 - ``wikitext2:valid`` / ``wikitext2:test`` (and ``train`` where the file is present): one document
-  per article (a top-level `` = Title = `` heading starts one; headings are dropped).
+  per article (a top-level `` = Title = `` line between blank lines starts one and is dropped; section
+  headings `` = = Section = = `` stay as lines of text; 60 articles in valid and in test).
 - ``ptb:train`` / ``ptb:valid`` / ``ptb:test``: one sentence per line and no document boundaries,
   so each split is one document.
 - a text file: documents separated by blank lines; a folder: every file one document.
@@ -54,6 +55,7 @@ from __future__ import annotations
 import re
 import tarfile
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -146,14 +148,21 @@ def _paragraphs(lines: Iterator[str]) -> Iterator[Document]:
 
 
 def _wiki_articles(lines: Iterator[str]) -> Iterator[Document]:
+    """WikiText articles from the file's stripped lines: a title `` = Title = `` stands between blank lines
+    (or first in the file) and starts an article; it is dropped. A line of that shape right after a line
+    of text is text: a formula such as `` = 1 <unk> / s and a nominal <unk> k = `` in "Constant k filter"."""
     doc: Document = []
-    for line in lines:
-        if _WIKI_TITLE.match(f" {line} "):
-            if doc:
-                yield doc
-            doc = []
-        elif line:
-            doc.extend(split_sentences(line))
+    before, line = "", None                   # the start of the file counts as a blank line before the first
+    for after in chain(lines, [""]):          # and the end of the file as one after the last
+        if line is not None:
+            if not before and not after and _WIKI_TITLE.match(f" {line} "):
+                if doc:
+                    yield doc
+                doc = []
+            elif line:
+                doc.extend(split_sentences(line))
+            before = line
+        line = after
     if doc:
         yield doc
 
