@@ -164,6 +164,42 @@ def test_class_without_labelled_node():
         build_planetoid("toy", parts)
 
 
+def _write_toy(root: pathlib.Path, parts: dict) -> None:
+    """The toy parts as the Planetoid files ind.cora.* under ``root`` (pickles; test.index one id a line)."""
+    for part, value in parts.items():
+        if part == "test.index":
+            (root / "ind.cora.test.index").write_text("".join(f"{i}\n" for i in value))
+        else:
+            (root / f"ind.cora.{part}").write_bytes(pickle.dumps(value, protocol=2))
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"tx": sp.csr_matrix(np.ones((1, 4)))}, r"ind\.cora\.tx has 4 columns \(features\) but allx has 3"),
+    ({"x": sp.csr_matrix(np.ones((2, 5)))}, r"ind\.cora\.x has 5 columns \(features\) but allx has 3"),
+    ({"ty": np.eye(3)[[2]]}, r"ind\.cora\.ty has 3 columns \(classes\) but ally has 2"),
+    ({"x": sp.csr_matrix(np.ones((4, 3))), "y": np.eye(2)[[0, 1, 0, 1]]},
+     r"ind\.cora\.x has 4 rows, more than allx's 3 \(the training instances are the first rows of allx\)"),
+    ({"test.index": [1]}, r"ind\.cora\.test\.index holds node 1, but the test nodes follow the 3 rows of allx and end "
+                          r"at the graph's last node, 3"),
+    ({"test.index": [10 ** 12]}, r"ind\.cora\.test\.index holds node 1000000000000, but"),
+    ({"graph": {0: [1], "1": [2], 2: [3], 3: [2]}}, r"'ind\.cora\.graph': the graph lists the node '1', a str, "
+                                                     "not an integer id"),
+    ({"graph": {0: [1.0], 1: [2], 2: [3], 3: [2]}}, r"the graph lists the node 1\.0, a float"),
+    ({"graph": {0: 1, 1: [2], 2: [3], 3: [2]}}, r"'ind\.cora\.graph': the adjacency list of node 0 is int 1, not a list"),
+    ({"graph": {0: [1], 1: [2 ** 70], 2: [3], 3: [2]}}, r"references node 1180591620717411303424, outside the 4 nodes"),
+], ids=["tx-features", "x-features", "ty-classes", "x-rows", "test-id-in-allx", "test-id-beyond-graph", "str-node",
+        "float-node", "list-not-a-list", "huge-node"])
+def test_files_under_root_that_disagree_are_refused_naming_the_file(tmp_path, changes, match):
+    """load_planetoid(root=DIR) reads files that no checksum vouches for: well-formed pickles that disagree with one
+    another went on to scipy/numpy (a shape mismatch, an int() or overflow error, a 7 TiB allocation) or were
+    read silently wrong (test rows over training rows, labels beyond y's classes)."""
+    _write_toy(tmp_path, _toy_parts({0: [1], 1: [2], 2: [3], 3: [2]}))
+    assert load_planetoid("cora", root=tmp_path).num_nodes == 4
+    _write_toy(tmp_path, changes)
+    with pytest.raises(DataError, match=match):
+        load_planetoid("cora", root=tmp_path)
+
+
 def test_a_pickle_calling_an_allowed_global_with_bad_arguments_is_a_data_error():
     # _codecs.encode is allowed (numpy's Python-2 buffers); an unknown codec raised LookupError past the checks
     payload = b"c_codecs\nencode\n(X\x01\x00\x00\x00xX\x03\x00\x00\x00zzztR."

@@ -12,6 +12,10 @@ Node numbering: rows of ``allx`` are nodes ``0..len(allx)-1``; the test rows go 
 test-id range are isolated nodes with no row in ``tx``. They are kept as nodes with an all-zero
 feature row and no label (``label == -1``), belong to no split, and are counted in
 :attr:`PlanetoidGraph.n_featureless`.
+
+The registry's files are checked against their sha256; files read from a folder (``root=``) are
+not, so :func:`build_planetoid` checks that the eight parts agree with one another (shapes, class
+and feature columns, the test ids and the graph's node ids) and names the file that does not.
 """
 
 from __future__ import annotations
@@ -166,30 +170,41 @@ class PlanetoidGraph:
         return a
 
 
-def _edges_from_adjacency_lists(graph, n_nodes: int, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(listed, edges): every adjacency-list entry as listed, and the symmetric, de-duplicated edges
-    without self loops."""
-    src, dst = [], []
+def _adjacency_entries(graph: dict, where: str) -> list[tuple[int, int]]:
+    """(node, neighbour) for every entry of the adjacency lists, as listed; a key or neighbour that is not an
+    integer id, or an adjacency list that is not a list, is a DataError."""
+    entries = []
     for node, neighbours in graph.items():
-        for nb in neighbours:
-            src.append(int(node))
-            dst.append(int(nb))
-    if not src:
+        if not isinstance(neighbours, (list, tuple)):
+            raise DataError(f"'{where}': the adjacency list of node {node!r} is {type(neighbours).__name__} "
+                            f"{neighbours!r:.40}, not a list", "use the original graph file")
+        for nb in (node, *neighbours):
+            if not isinstance(nb, (int, np.integer)):
+                raise DataError(f"'{where}': the graph lists the node {nb!r}, a {type(nb).__name__}, not an integer id",
+                                "use the original graph file")
+        entries += [(int(node), int(nb)) for nb in neighbours]
+    if not entries:
         raise DataError(f"'{where}': the graph has no edges", "use a graph file with at least one edge")
-    e = np.asarray([src, dst], dtype=np.int64).T
-    bad = (e < 0) | (e >= n_nodes)
-    if bad.any():
-        node = int(e[bad][0])
-        raise DataError(f"'{where}': the graph references node {node}, outside the {n_nodes} nodes of the features",
+    return entries
+
+
+def _edges_from_adjacency_lists(entries: list[tuple[int, int]], n_nodes: int, where: str
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """(listed, edges): the adjacency-list entries as an (e', 2) array, and the symmetric, de-duplicated edges
+    without self loops; a node outside ``0..n_nodes-1`` is a DataError."""
+    bad = next((v for pair in entries for v in pair if not 0 <= v < n_nodes), None)
+    if bad is not None:
+        raise DataError(f"'{where}': the graph references node {bad}, outside the {n_nodes} nodes of the features",
                         "use the graph file that belongs to these feature files")
-    listed = e
-    e = e[e[:, 0] != e[:, 1]]
+    listed = np.asarray(entries, dtype=np.int64)
+    e = listed[listed[:, 0] != listed[:, 1]]
     e = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
     return listed, e
 
 
 def _check_parts(name: str, parts: dict) -> None:
-    """Refuse parts of the wrong kind or shape with a DataError naming the part (before any indexing)."""
+    """Refuse parts of the wrong kind or shape, or whose shapes disagree (rows of features and labels, feature
+    and class columns), with a DataError naming the part (before any indexing)."""
     def fail(part: str, what: str):
         raise DataError(f"{name}: ind.{name}.{part} {what}", f"use the original ind.{name}.{part} file")
 
@@ -206,10 +221,27 @@ def _check_parts(name: str, parts: dict) -> None:
     for feats, labels in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
         if parts[feats].shape[0] != parts[labels].shape[0]:
             fail(labels, f"has {parts[labels].shape[0]} rows but {feats} has {parts[feats].shape[0]}")
+    for part, of in (("x", "allx"), ("tx", "allx"), ("y", "ally"), ("ty", "ally")):
+        what = "features" if of == "allx" else "classes"
+        if parts[part].shape[1] != parts[of].shape[1]:
+            fail(part, f"has {parts[part].shape[1]} columns ({what}) but {of} has {parts[of].shape[1]}")
+    if parts["x"].shape[0] > parts["allx"].shape[0]:
+        fail("x", f"has {parts['x'].shape[0]} rows, more than allx's {parts['allx'].shape[0]} "
+                  "(the training instances are the first rows of allx)")
+    y = np.asarray(parts["y"])
+    missing = sorted(set(range(y.shape[1])) - set(np.argmax(y, 1)[y.sum(1) > 0].tolist()))
+    if missing:
+        raise DataError(f"{name}: class(es) {missing} have no labelled training node",
+                        "every class needs at least one labelled node; check the y file")
 
 
 def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
     """Assemble a :class:`PlanetoidGraph` from the eight decoded parts (see module docstring).
+
+    The parts must agree: the rows of each feature matrix and its labels, the feature columns of
+    ``x``, ``tx`` and ``allx``, the class columns of ``y``, ``ty`` and ``ally``; ``x`` no longer than
+    ``allx``; the test ids after the rows of ``allx`` and among the graph's node ids; the graph's
+    node ids integers within the nodes. Any disagreement is a DataError naming the file.
 
     Args:
         name: dataset name, used in messages.
@@ -217,14 +249,21 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
             ``test.index`` (1-D int array).
     """
     _check_parts(name, parts)
-    x, y, tx, ty = parts["x"], parts["y"], parts["tx"], parts["ty"]
-    allx, ally, graph = parts["allx"], parts["ally"], parts["graph"]
+    y, tx, ty = parts["y"], parts["tx"], parts["ty"]
+    allx, ally = parts["allx"], parts["ally"]
     test_ids = np.asarray(parts["test.index"], dtype=np.int64)
-    n_train, n_all = x.shape[0], allx.shape[0]
+    n_train, n_all = y.shape[0], allx.shape[0]
     if len(test_ids) != tx.shape[0]:
         raise DataError(f"{name}: test.index has {len(test_ids)} ids but tx has {tx.shape[0]} rows",
                         "use matching test.index and tx files")
-    # the nodes are the feature rows: allx, then the test ids (a graph key beyond them is refused below)
+    entries = _adjacency_entries(parts["graph"], f"ind.{name}.graph")
+    last = max(v for pair in entries for v in pair)
+    if test_ids.min() < n_all or test_ids.max() > last:
+        bad = int(test_ids.min() if test_ids.min() < n_all else test_ids.max())
+        raise DataError(f"{name}: ind.{name}.test.index holds node {bad}, but the test nodes follow the {n_all} "
+                        f"rows of allx and end at the graph's last node, {last}",
+                        "use the test.index that belongs to these allx and graph files")
+    # the nodes are the feature rows: allx, then the test ids (a graph node beyond them is refused below)
     n_nodes = max(n_all, int(test_ids.max()) + 1)
     n_feat = allx.shape[1]
     features = sp.lil_matrix((n_nodes, n_feat), dtype=np.float32)
@@ -240,14 +279,9 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
     # rows of ally/ty that are all zero (CiteSeer) carry no label
     labels[:n_all][np.asarray(ally).sum(1) == 0] = -1
     labels[test_ids[np.asarray(ty).sum(1) == 0]] = -1
-    listed, edges = _edges_from_adjacency_lists(graph, n_nodes, f"{name} graph")
+    listed, edges = _edges_from_adjacency_lists(entries, n_nodes, f"ind.{name}.graph")
     train_idx = np.arange(n_train)
     val_idx = np.arange(n_train, min(n_train + 500, n_all))
-    n_classes = y.shape[1]
-    missing = sorted(set(range(n_classes)) - set(np.argmax(y, 1)[np.asarray(y).sum(1) > 0].tolist()))
-    if missing:
-        raise DataError(f"{name}: class(es) {missing} have no labelled training node",
-                        "every class needs at least one labelled node; check the y file")
     return PlanetoidGraph(name, features.tocsr(), labels, edges, train_idx, val_idx, np.sort(test_ids),
                           n_featureless=int((~has_row).sum()), listed_edges=listed)
 
