@@ -1,6 +1,8 @@
 """The document pipeline (genfeat.data.documents): reading documents, pairs, XLNet's segments, BERT's examples."""
 
+import io
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from genfeat.data.documents import (IMDB_VALID_FROM, PairLayout, XLNetPairStream
                                     _wiki_articles, bert_examples, encode_documents, read_documents, split_pair,
                                     split_sentences)
 from genfeat.errors import ConfigError, DataError
+from genfeat.tasks import catalog
 
 DATA = Path(os.environ.get("GENFEAT_DATA", ""))
 LAYOUT = PairLayout(sep=1, cls=2)
@@ -66,6 +69,35 @@ def test_imdb_unlabelled_reviews_never_the_test_reviews():
     assert int(_IMDB_REVIEW.search("aclImdb/train/unsup/49000_0.txt").group(2)) == IMDB_VALID_FROM
     with pytest.raises(DataError, match="kept for fine-tuning"):
         read_documents("imdb:test")
+
+
+def _tar(path: Path, members: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+
+
+def test_a_partial_copy_of_an_imdb_archive_is_refused_once_read_to_its_end(tmp_path, monkeypatch):
+    """imdb:train / imdb:valid loaded a partial copy of the archives silently. Every unlabelled review is
+    counted, the held-out ones (N >= 49,000) too, in the one pass that reads them."""
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    unsup = tmp_path / "imdb" / "aclImdb_v1_unsup.tar.gz"
+    _tar(unsup, {"aclImdb/train/unsup/1_0.txt": "One. Two.", "aclImdb/train/unsup/49000_0.txt": "Held out.",
+                 "aclImdb/train/unsup/49001_0.txt": "Also held out."})
+    labelled = tmp_path / "imdb" / "aclImdb_v1_labeled.tar.gz"
+    _tar(labelled, {"aclImdb/train/pos/1_9.txt": "Good.", "aclImdb/test/neg/2_1.txt": "Bad."})
+    with pytest.raises(DataError, match=rf"'{unsup}' is a partial copy of the IMDB archive: aclImdb/train/unsup holds 3 "
+                                        r"of its 50,000 reviews\. fix: replace it"):
+        read_documents("imdb:valid")
+    assert read_documents("imdb:valid", max_documents=1) == [["Held out."]], "a part read checks nothing"
+    monkeypatch.setitem(catalog.IMDB_REVIEWS, "unsup", 3)
+    assert read_documents("imdb:valid") == [["Held out."], ["Also held out."]]
+    with pytest.raises(DataError, match=rf"'{labelled}' is a partial copy of the IMDB archive: aclImdb/train/neg holds 0 "
+                                        "of its 12,500 reviews; aclImdb/train/pos holds 1 of its 12,500 reviews"):
+        read_documents("imdb:train")
 
 
 @pytest.mark.skipif(not (DATA / "wikitext-2" / "wiki.valid.tokens").is_file(), reason="needs GENFEAT_DATA")

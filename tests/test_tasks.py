@@ -252,6 +252,24 @@ def test_imdb_reads_only_its_split_and_never_unsup(scratch):
     assert [(e.texts[0], e.label) for e in examples] == [("bad", 0), ("good", 1)]
 
 
+def test_a_partial_copy_of_the_registry_imdb_archive_is_refused(tmp_path, monkeypatch):
+    """The registry's archive (no sha256: the official one and shared/data's repack differ) must hold 12,500
+    reviews of each label in the split read; a partial copy used to load silently. Another dataset's archive
+    (test_imdb_reads_only_its_split_and_never_unsup) holds what it holds."""
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    (tmp_path / "imdb").mkdir()
+    archive = tmp_path / "imdb" / "aclImdb_v1_labeled.tar.gz"
+    _tar(archive, {"aclImdb/train/pos/1_9.txt": "good", "aclImdb/train/neg/2_1.txt": "bad",
+                   "aclImdb/train/neg/3_2.txt": "poor", "aclImdb/train/unsup/4_0.txt": "unlabelled"})
+    with pytest.raises(DataError, match=rf"'{archive}' is a partial copy of the IMDB archive: aclImdb/train/neg holds 2 "
+                                        r"of its 12,500 reviews; aclImdb/train/pos holds 1 of its 12,500 reviews\. fix: "
+                                        r"replace it with the complete archive \(download https://ai.stanford.edu/"):
+        load_task("imdb", "train")
+    with pytest.raises(DataError, match="aclImdb/test/neg holds 1 of its 12,500 reviews; aclImdb/test/pos holds 0 of"):
+        _tar(archive, {"aclImdb/train/pos/1_9.txt": "good", "aclImdb/test/neg/2_1.txt": "bad"})
+        load_task("imdb", "test")
+
+
 def test_declared_but_absent_datasets_say_where_to_fetch_them(tmp_path, monkeypatch):
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
     for task, split, url in (("mnli", "train", "MNLI.zip"), ("qnli", "dev", "QNLIv2.zip"), ("qqp", "test", "QQP-clean.zip"),

@@ -7,7 +7,9 @@
   official ``aclImdb_v1.tar.gz``, which holds both). ``train`` is the 50,000 unlabelled reviews
   ``train/unsup/N_0.txt`` with N < 49,000 (archive order) followed by the 25,000 labelled training
   reviews ``train/{neg,pos}``; ``valid`` is the 1,000 unlabelled reviews with N >= 49,000. The test
-  reviews are never read (the fine-tuning tasks score them). ``<br />`` tags end paragraphs.
+  reviews are never read (the fine-tuning tasks score them). ``<br />`` tags end paragraphs. An
+  archive read to its end must hold all 50,000 unlabelled reviews, and 12,500 of each label in
+  ``train`` (a partial copy is a DataError); reading only the first ``max_documents`` checks nothing.
 - ``wikitext2:valid`` / ``wikitext2:test`` (and ``train`` where the file is present): one document
   per article (a top-level `` = Title = `` line between blank lines starts one and is dropped; section
   headings `` = = Section = = `` stay as lines of text; 60 articles in valid and in test).
@@ -168,12 +170,20 @@ def _wiki_articles(lines: Iterator[str]) -> Iterator[Document]:
 
 
 def _imdb_reviews(path: Path, parts: tuple[str, ...], keep) -> Iterator[tuple[str, Document]]:
-    """(member name, review) for the reviews ``train/{parts}`` of the archive whose number passes ``keep``."""
+    """(member name, review) for the reviews ``train/{parts}`` of the registry's archive whose number passes
+    ``keep``. Having read the archive to its end, it checks that each of ``parts`` held all its reviews, kept
+    or not (:func:`~genfeat.tasks.catalog.check_imdb_reviews`: a partial copy is a DataError)."""
+    from ..tasks.catalog import check_imdb_reviews
+
+    found = dict.fromkeys(parts, 0)
     try:
         with tarfile.open(path, "r:gz") as tar:
             for member in tar:
                 m = _IMDB_REVIEW.search(member.name)
-                if m is None or m.group(1) not in parts or not member.isfile() or not keep(int(m.group(2))):
+                if m is None or m.group(1) not in parts or not member.isfile():
+                    continue
+                found[m.group(1)] += 1
+                if not keep(int(m.group(2))):
                     continue
                 try:
                     text = tar.extractfile(member).read().decode("utf-8")
@@ -185,6 +195,7 @@ def _imdb_reviews(path: Path, parts: tuple[str, ...], keep) -> Iterator[tuple[st
                     yield member.name, doc
     except (tarfile.TarError, OSError, EOFError) as e:
         raise DataError(f"'{path}' is not a readable tar.gz archive ({e})", "fetch the canonical archive") from None
+    check_imdb_reviews(path, "train", found)
 
 
 def _imdb(split: str) -> Iterator[Document]:

@@ -12,6 +12,9 @@ nothing, as :func:`genfeat.data.registry.verify` documents.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 from ..data.registry import DatasetSpec, FileSpec, register
 from ..errors import DataError
 from .spec import SplitSpec, TaskSpec
@@ -55,14 +58,32 @@ for _task, _zip, _files in (("MNLI", "MNLI", ("train", "dev_matched", "dev_misma
                         archive_member=f"{_task}/{split}.tsv") for split in _files
     }, citation="Wang et al., GLUE, ICLR 2019", note="no checksum recorded: the files are not in shared/data"))
 
+IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+IMDB_REVIEWS = {"neg": 12_500, "pos": 12_500, "unsup": 50_000}
+"""Reviews in each folder of the complete IMDB archive: ``aclImdb/{train,test}/{neg,pos}`` and ``aclImdb/train/unsup``."""
 register(DatasetSpec("imdb", {
     # shared/data's file is a repack of the official review files (same member names as the official
     # aclImdb_v1.tar.gz, which the loader reads as well); the official archive's own digest is not
-    # recorded here, so a downloaded copy is not checked
-    "labeled": FileSpec("imdb/aclImdb_v1_labeled.tar.gz", "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
-                        None),
+    # recorded here, so a downloaded copy is not checked, only its review counts (check_imdb_reviews)
+    "labeled": FileSpec("imdb/aclImdb_v1_labeled.tar.gz", IMDB_URL, None),
 }, citation="Maas et al., ACL 2011", note="shared/data's repack has sha256 "
             "3c7d06d26560475e8a57d0901ee9561546adbf9c9530f1d1cc5345e410b9463a (imdb/PROVENANCE.md)"))
+
+
+def check_imdb_reviews(path: Path, split: str, found: Mapping[str, int]) -> None:
+    """Refuse a partial copy of an IMDB archive of the registry: ``found`` maps each folder of
+    ``aclImdb/<split>/`` that was read to the reviews in it, which must be :data:`IMDB_REVIEWS`'s count.
+    The counts come from the reader's own pass over the archive, so checking them costs nothing.
+
+    Raises:
+        DataError: naming the archive, what it holds and what the complete one holds.
+    """
+    short = "; ".join(f"aclImdb/{split}/{folder} holds {n:,} of its {IMDB_REVIEWS[folder]:,} reviews"
+                      for folder, n in found.items() if n != IMDB_REVIEWS[folder])
+    if short:
+        raise DataError(f"'{path}' is a partial copy of the IMDB archive: {short}",
+                        f"replace it with the complete archive (download {IMDB_URL}, or copy shared/data's file of "
+                        "this name), or delete it so genfeat downloads it")
 register(DatasetSpec("race", {
     # a repack of the official train/*.txt files (race/PROVENANCE.md); dev and test are read as the
     # official per-passage files under race/RACE/{dev,test}/{high,middle}/

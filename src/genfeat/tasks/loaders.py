@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..data.registry import data_root, resolve
 from ..errors import DataError
-from .catalog import get_task
+from .catalog import check_imdb_reviews, get_task
 from .spec import Example, TaskSpec
 
 _IMDB_MEMBER = re.compile(r"(?:^|/)aclImdb/(train|test)/(pos|neg)/(\d+)_(\d+)\.txt$")
@@ -128,7 +128,9 @@ def _read_delimited(spec: TaskSpec, split: str, path: Path) -> list[Example]:
 
 def _read_imdb(spec: TaskSpec, split: str, path: Path) -> list[Example]:
     """The reviews ``aclImdb/{split}/{pos,neg}/<id>_<rating>.txt`` of the archive, sorted by member name
-    (the unlabeled ``train/unsup`` reviews are never read). Texts are kept as written (with ``<br />``)."""
+    (the unlabeled ``train/unsup`` reviews are never read). Texts are kept as written (with ``<br />``).
+    The registry's archive (dataset ``imdb``) must hold 12,500 reviews of each label in the split
+    (:func:`~genfeat.tasks.catalog.check_imdb_reviews`); another dataset's archive may hold any number."""
     examples = []
     try:
         with tarfile.open(path, "r:gz") as tar:
@@ -147,6 +149,9 @@ def _read_imdb(spec: TaskSpec, split: str, path: Path) -> list[Example]:
     if not examples:
         raise DataError(f"'{path}' holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews",
                         "use the IMDB archive aclImdb_v1.tar.gz (or shared/data's labeled repack)")
+    if spec.dataset == "imdb":
+        check_imdb_reviews(path, split, {label: sum(spec.labels[e.label] == label for e in examples)
+                                         for label in ("neg", "pos")})
     return sorted(examples, key=lambda e: e.uid)
 
 
