@@ -13,6 +13,7 @@ from genfeat.data import registry
 from genfeat.data.registry import DatasetSpec, FileSpec, get_dataset
 from genfeat.errors import ConfigError, DataError
 from genfeat.tasks import TASKS, SplitSpec, TaskSpec, get_task, load_task
+from genfeat.tasks import loaders
 from genfeat.tasks.loaders import squad_articles
 
 DATA = Path(os.environ.get("GENFEAT_DATA", "../shared/data")).resolve()
@@ -283,6 +284,32 @@ def test_declared_but_absent_datasets_say_where_to_fetch_them(tmp_path, monkeypa
         load_task("race", "dev")
 
 
+def test_a_partial_race_folder_is_refused(tmp_path, monkeypatch):
+    """race/RACE/<split> with passages missing loaded silently; it must hold the official number of questions."""
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    (tmp_path / "race" / "RACE" / "dev" / "high").mkdir(parents=True)
+    (tmp_path / "race" / "RACE" / "dev" / "high" / "1.txt").write_text(json.dumps(
+        {"article": "A text.", "questions": ["Why?", "How?"], "options": [["a", "b", "c", "d"]] * 2, "answers": ["A", "B"]}))
+    with pytest.raises(DataError, match=rf"RACE folder '{tmp_path}/race/RACE/dev' holds 2 questions in 1 passages, the "
+                                        r"official dev split 4,887 \(a partial copy\)\. fix: unpack RACE.tar.gz "
+                                        rf"\(http://www.cs.cmu.edu/~glai1/data/race/RACE.tar.gz\) again in '{tmp_path}/race', "
+                                        "so that RACE/dev holds all of high/ and middle/"):
+        load_task("race", "dev")
+
+
+@needs["race"]
+@pytest.mark.parametrize("split, level, found", [("dev", "high", "3,451 questions in 1,021 passages, the official dev "
+                                                                   "split 4,887"),
+                                                 ("test", "middle", "1,436 questions in 362 passages, the official "
+                                                                    "test split 4,934")])
+def test_race_folders_with_one_level_only_are_partial(tmp_path, monkeypatch, split, level, found):
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    (tmp_path / "race" / "RACE" / split).mkdir(parents=True)
+    (tmp_path / "race" / "RACE" / split / level).symlink_to(DATA / "race" / "RACE" / split / level)
+    with pytest.raises(DataError, match=found):
+        load_task("race", split)
+
+
 def test_task_spec_checks():
     with pytest.raises(ConfigError, match="at least 2"):
         TaskSpec("x", "d", "tsv", "single", {"dev": SplitSpec("f", True, [0], 1)}, ["accuracy"], ["a"])
@@ -304,6 +331,7 @@ def test_task_spec_checks():
 
 def test_bad_race_passages(tmp_path, monkeypatch):
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    monkeypatch.setitem(loaders.RACE_QUESTIONS, "dev", 1)        # the one passage written here is the whole split
     folder = tmp_path / "race" / "RACE" / "dev" / "high"
     folder.mkdir(parents=True)
     passage = {"id": "high1.txt", "article": "A text.", "questions": ["Why _?"], "options": [["a", "b", "c", "d"]],

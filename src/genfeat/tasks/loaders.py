@@ -24,7 +24,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from ..data.registry import data_root, resolve
+from ..data.registry import data_root, get_dataset, resolve
 from ..errors import DataError
 from .catalog import check_imdb_reviews, get_task
 from .spec import Example, TaskSpec
@@ -186,16 +186,27 @@ def _race_passage(spec: TaskSpec, raw: bytes, where: str, uid: str) -> list[Exam
     return out
 
 
+RACE_QUESTIONS = {"train": 87_866, "dev": 4_887, "test": 4_934}
+"""Questions of each RACE split, high and middle together (the RACE paper's counts, HF's race split sizes)."""
+
+
 def _read_race(spec: TaskSpec, split: str, download: bool) -> list[Example]:
     """RACE questions of ``split`` (high and middle): the folder race/RACE/<split>/ when present (the
-    official layout), else for train the registry's tar.xz repack; sorted by level and file name.
+    official layout), which must hold the split's :data:`RACE_QUESTIONS` (a partial copy is a DataError),
+    else for train the registry's tar.xz repack (sha256-checked); sorted by level and file name.
     The uid is ``<split>/<level>/<file>#<question>``; a passage with no questions gives no example
     (two train passages, high/15946 and high/16528)."""
     folder = data_root() / "race" / "RACE" / split
     examples = []
     if folder.is_dir():
-        for path in sorted(folder.glob("*/*.txt")):
+        passages = sorted(folder.glob("*/*.txt"))
+        for path in passages:
             examples += _race_passage(spec, path.read_bytes(), f"'{path}'", f"{split}/{path.parent.name}/{path.name}")
+        if len(examples) != RACE_QUESTIONS[split]:
+            raise DataError(f"RACE folder '{folder}' holds {len(examples):,} questions in {len(passages):,} passages, "
+                            f"the official {split} split {RACE_QUESTIONS[split]:,} (a partial copy)",
+                            f"unpack RACE.tar.gz ({get_dataset(spec.dataset).files['train'].url}) again in "
+                            f"'{folder.parent.parent}', so that RACE/{split} holds all of high/ and middle/")
     elif split == "train":
         path = resolve(spec.dataset, "train", download=download)
         with tarfile.open(path, "r:xz") as tar:
@@ -206,8 +217,6 @@ def _read_race(spec: TaskSpec, split: str, download: bool) -> list[Example]:
         raise DataError(f"RACE folder '{folder}' is missing (data directory '{data_root()}', set by GENFEAT_DATA)",
                         "unpack RACE.tar.gz from http://www.cs.cmu.edu/~glai1/data/race/ so that RACE/dev and "
                         "RACE/test lie under race/ there")
-    if not examples:
-        raise DataError(f"RACE split '{split}' holds no passages", "unpack the official RACE files")
     return examples
 
 
