@@ -284,6 +284,20 @@ def test_declared_but_absent_datasets_say_where_to_fetch_them(tmp_path, monkeypa
         load_task("race", "dev")
 
 
+def test_race_train_missing_names_the_official_archive_and_the_repack_and_downloads_nothing(tmp_path, monkeypatch):
+    """The message said to download RACE.tar.gz to race/RACE_train.tar.xz, the repack's name (a download to it
+    could only fail its checksum): it names the archive to unpack and, apart, the repack."""
+    monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))
+    monkeypatch.setattr(registry.urllib.request, "urlopen", lambda *a, **k: pytest.fail("RACE was downloaded"))
+    with pytest.raises(DataError, match=rf"RACE folder '{tmp_path}/race/RACE/train' is missing, and so is the repack "
+                                        rf"'{tmp_path}/race/RACE_train.tar.xz' \(data directory '{tmp_path}', set by "
+                                        r"GENFEAT_DATA\)\. fix: download http://www.cs.cmu.edu/~glai1/data/race/RACE.tar.gz "
+                                        rf"and unpack it in '{tmp_path}/race', so that RACE/train, RACE/dev and RACE/test "
+                                        rf"lie there \(or place shared/data's repack of the train files at "
+                                        rf"'{tmp_path}/race/RACE_train.tar.xz'\)$"):
+        load_task("race", "train")
+
+
 def test_a_partial_race_folder_is_refused(tmp_path, monkeypatch):
     """race/RACE/<split> with passages missing loaded silently; it must hold the official number of questions."""
     monkeypatch.setenv("GENFEAT_DATA", str(tmp_path))

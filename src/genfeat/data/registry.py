@@ -94,7 +94,7 @@ def data_root() -> Path:
     return Path(os.environ.get("GENFEAT_DATA") or Path.home() / ".cache" / "genfeat").expanduser()
 
 
-def _root_origin() -> str:
+def root_origin() -> str:
     """Where :func:`data_root` comes from, for messages."""
     return "set by GENFEAT_DATA" if os.environ.get("GENFEAT_DATA") else "the default: GENFEAT_DATA is not set"
 
@@ -193,7 +193,7 @@ def _fetch(spec: FileSpec, dest: Path) -> None:
     """Download ``spec.url`` to a temporary name beside ``dest`` in pieces, giving up when it takes longer than
     :func:`_download_timeout` in all, then extract and verify it, and rename it to ``dest``."""
     limit = _download_timeout()
-    where = (f"(the data directory searched is '{data_root()}', {_root_origin()}), or point GENFEAT_DATA at a "
+    where = (f"(the data directory searched is '{data_root()}', {root_origin()}), or point GENFEAT_DATA at a "
              f"directory that holds '{spec.relpath}'")
     deadline = time.monotonic() + limit
     try:
@@ -235,7 +235,7 @@ def resolve(name: str, key: str, download: bool = True) -> Path:
         offline = _offline()
         if not download or offline:
             refused = ", and GENFEAT_OFFLINE=1 forbids downloading it" if offline else ""
-            raise DataError(f"'{path}' is missing (data directory '{data_root()}', {_root_origin()}{refused})",
+            raise DataError(f"'{path}' is missing (data directory '{data_root()}', {root_origin()}{refused})",
                             f"{_by_hand(spec, path)}, or set GENFEAT_DATA to a directory holding '{spec.relpath}'")
         _download(spec, path)
     verify(path, spec)

@@ -85,8 +85,10 @@ def check_imdb_reviews(path: Path, split: str, found: Mapping[str, int]) -> None
                         f"replace it with the complete archive (download {IMDB_URL}, or copy shared/data's file of "
                         "this name), or delete it so genfeat downloads it")
 register(DatasetSpec("race", {
-    # a repack of the official train/*.txt files (race/PROVENANCE.md); dev and test are read as the
-    # official per-passage files under race/RACE/{dev,test}/{high,middle}/
+    # shared/data's repack of the official train/*.txt files (race/PROVENANCE.md), published nowhere: the URL
+    # is the official archive its files come from, which the RACE reader never downloads to this name (it says
+    # to unpack the archive to race/RACE/ instead). dev and test are read as the official per-passage files
+    # under race/RACE/{dev,test}/{high,middle}/
     "train": FileSpec("race/RACE_train.tar.xz", "http://www.cs.cmu.edu/~glai1/data/race/RACE.tar.gz",
                       "09c0aadff6fb6132347182bccfcedb11b9a2b840aca9679b236f4c0c62501af2", size=14556780),
 }, citation="Lai et al., EMNLP 2017", note="non-commercial research use only; the official RACE.tar.gz unpacked "

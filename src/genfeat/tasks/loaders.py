@@ -24,7 +24,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from ..data.registry import data_root, get_dataset, resolve
+from ..data.registry import data_root, get_dataset, resolve, root_origin
 from ..errors import DataError
 from .catalog import check_imdb_reviews, get_task
 from .spec import Example, TaskSpec
@@ -37,6 +37,7 @@ def load_task(task: str | TaskSpec, split: str, download: bool = True, seed: int
 
     Args:
         download: fetch a missing file from its canonical URL (default True); False raises DataError.
+            RACE is never downloaded (its URL serves the official archive, to be unpacked by hand).
         seed: seed of the SQuAD article split (``squad_split`` only; default 0).
 
     Raises:
@@ -45,7 +46,7 @@ def load_task(task: str | TaskSpec, split: str, download: bool = True, seed: int
     spec = get_task(task) if isinstance(task, str) else task
     spec.check_split(split)
     if spec.reader == "race":
-        return _read_race(spec, split, download)
+        return _read_race(spec, split)
     path = resolve(spec.dataset, spec.splits[split].file, download=download)
     if spec.reader in ("tsv", "csv"):
         return _read_delimited(spec, split, path)
@@ -190,13 +191,16 @@ RACE_QUESTIONS = {"train": 87_866, "dev": 4_887, "test": 4_934}
 """Questions of each RACE split, high and middle together (the RACE paper's counts, HF's race split sizes)."""
 
 
-def _read_race(spec: TaskSpec, split: str, download: bool) -> list[Example]:
+def _read_race(spec: TaskSpec, split: str) -> list[Example]:
     """RACE questions of ``split`` (high and middle): the folder race/RACE/<split>/ when present (the
     official layout), which must hold the split's :data:`RACE_QUESTIONS` (a partial copy is a DataError),
     else for train the registry's tar.xz repack (sha256-checked); sorted by level and file name.
+    Nothing is downloaded: the registry's URL serves the official archive, which is unpacked by hand.
     The uid is ``<split>/<level>/<file>#<question>``; a passage with no questions gives no example
     (two train passages, high/15946 and high/16528)."""
     folder = data_root() / "race" / "RACE" / split
+    entry = get_dataset(spec.dataset).files["train"]      # the repack's name, the official archive's URL
+    repack = data_root() / entry.relpath
     examples = []
     if folder.is_dir():
         passages = sorted(folder.glob("*/*.txt"))
@@ -205,18 +209,20 @@ def _read_race(spec: TaskSpec, split: str, download: bool) -> list[Example]:
         if len(examples) != RACE_QUESTIONS[split]:
             raise DataError(f"RACE folder '{folder}' holds {len(examples):,} questions in {len(passages):,} passages, "
                             f"the official {split} split {RACE_QUESTIONS[split]:,} (a partial copy)",
-                            f"unpack RACE.tar.gz ({get_dataset(spec.dataset).files['train'].url}) again in "
-                            f"'{folder.parent.parent}', so that RACE/{split} holds all of high/ and middle/")
-    elif split == "train":
-        path = resolve(spec.dataset, "train", download=download)
+                            f"unpack RACE.tar.gz ({entry.url}) again in '{folder.parent.parent}', so that RACE/{split} "
+                            "holds all of high/ and middle/")
+    elif split == "train" and repack.is_file():
+        path = resolve(spec.dataset, "train", download=False)
         with tarfile.open(path, "r:xz") as tar:
             for member in sorted((m for m in tar if m.isfile() and m.name.endswith(".txt")), key=lambda m: m.name):
                 examples += _race_passage(spec, tar.extractfile(member).read(), f"'{path}' member {member.name}",
                                           "/".join(member.name.split("/")[-3:]))
     else:
-        raise DataError(f"RACE folder '{folder}' is missing (data directory '{data_root()}', set by GENFEAT_DATA)",
-                        "unpack RACE.tar.gz from http://www.cs.cmu.edu/~glai1/data/race/ so that RACE/dev and "
-                        "RACE/test lie under race/ there")
+        also = f", and so is the repack '{repack}'" if split == "train" else ""
+        instead = f" (or place shared/data's repack of the train files at '{repack}')" if split == "train" else ""
+        raise DataError(f"RACE folder '{folder}' is missing{also} (data directory '{data_root()}', {root_origin()})",
+                        f"download {entry.url} and unpack it in '{folder.parent.parent}', so that RACE/train, "
+                        f"RACE/dev and RACE/test lie there{instead}")
     return examples
 
 
