@@ -421,9 +421,27 @@ def _no_extra(extra: list[str]) -> None:
         raise ConfigError(f"unexpected arguments {extra}", "see genfeat COMMAND --help")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that ends an option's text with its default where the default says something: not for a flag, nor
+    for an option whose default is None or empty (its text says what happens without it) or whose text already
+    names its default, "(default: ...)"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default in (None, "", argparse.SUPPRESS) or isinstance(default, bool)
+                or "(default:" in text):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, list) else "%(default)s"
+        return f"{text} (default: {shown})".lstrip()
+
+
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are the CLI's one line, pointing at the (sub)command's help; its
-    subcommands' parsers are of this class too."""
+    """An argument parser whose errors are the CLI's one line, pointing at the (sub)command's help, and whose
+    help shows the options' defaults (:class:`_HelpFormatter`); its subcommands' parsers are of this class too."""
+
+    def __init__(self, *args, formatter_class: type[argparse.HelpFormatter] = _HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str):
         print(f"error: {message}. fix: see {self.prog} --help", file=sys.stderr)
@@ -458,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
-    device_kw = dict(default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    device_kw = dict(default="cpu", help="cpu, cuda, cuda:N or auto")
 
     r = sub.add_parser("run", parents=[common], help="train and evaluate what a recipe names",
                        description="Extra arguments --section.field VALUE override recipe fields; VALUE is read "
@@ -468,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("recipe")
     r.add_argument("--seeds", type=int, default=1, help="number of seeds (runs seed, seed+1, ...)")
     r.add_argument("--seed", type=_seed, default=0, help="first seed")
-    r.add_argument("--out", default=None, help="output directory (default runs/RECIPE_NAME)")
+    r.add_argument("--out", default=None, help="output directory (default: runs/RECIPE_NAME)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in OUT exactly: one seed from OUT/last; several seed by seed, a finished "
                         "seed's figures read back from OUT/seed<k>/results.json, an interrupted seed continued from "
@@ -495,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--mem-len", type=int, default=None, help="LM: memory length")
     e.add_argument("--task", default=None, help="score a fine-tuned checkpoint on this task (genfeat.tasks.TASKS); "
                    "a GDAN run's OUT/final/d on squad_split (its run's dev and test articles)")
-    e.add_argument("--split", default=None, help="--task: the split to score (default dev)")
+    e.add_argument("--split", default=None, help="--task: the split to score (default: dev)")
     e.add_argument("--predictions", default=None,
                    help="--task: write one prediction per example here (GLUE: the submission TSV, index<TAB>prediction; "
                         "SQuAD: the official {id: answer} JSON; IMDB, RACE and others: uid<TAB>prediction, the "
@@ -510,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--clamp-len", type=int, default=None,
                    help="LM: relative distances beyond this share one encoding (default: the model's; 0 or -1: none)")
     e.add_argument("--batch-size", type=int, default=None,
-                   help="LM: contiguous streams (default 1: one stream); --task: examples per batch (default 64)")
+                   help="LM: contiguous streams (default: 1, one stream); --task: examples per batch (default: 64)")
     e.add_argument("--max-tokens", type=int, default=0, help="LM: score only the first N tokens (0: all)")
     e.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     e.add_argument("--device", **device_kw)
@@ -522,13 +540,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint", required=True)
     g.add_argument("--prompt", default="", help="text to continue (default: none: the sample starts after a new line, or from id 0 "
                                                   "where the tokenizer has no newline token)")
-    g.add_argument("--length", type=int, default=None, help=f"tokens to sample (default {DEFAULT_LENGTH}; for a GPT "
+    g.add_argument("--length", type=int, default=None, help=f"tokens to sample (default: {DEFAULT_LENGTH}; for a GPT "
                    "at most the positions the prompt leaves)")
-    g.add_argument("--top-k", type=int, default=40)
-    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=40, help="sample from the k most likely tokens (1: greedy)")
+    g.add_argument("--temperature", type=float, default=1.0, help="divides the logits before sampling")
     g.add_argument("--mem-len", type=int, default=None, help="Transformer-XL: memory length while sampling "
                    "(default: the model's)")
-    g.add_argument("--seed", type=_seed, default=0)
+    g.add_argument("--seed", type=_seed, default=0, help="seed of the sampling")
     g.add_argument("--device", **device_kw)
     g.add_argument("--json", action="store_true")
     g.set_defaults(fn=cmd_generate)
@@ -539,10 +557,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--contexts", type=int, nargs="+", required=True, help="context lengths c to score")
     c.add_argument("--r", type=float, nargs="+", default=[0.1, 0.5, 1.0], help="fractions of hardest tokens (top-r)")
     c.add_argument("--seg-len", type=int, default=16, help="segment length; memory = context - segment")
-    c.add_argument("--batch-size", type=int, default=10)
+    c.add_argument("--batch-size", type=int, default=10, help="contiguous streams scored together")
     c.add_argument("--delta", type=int, default=None, help="context step Δ (default: the grid spacing)")
     c.add_argument("--threshold", type=float, default=0.01, help="relative-gain threshold")
-    c.add_argument("--max-tokens", type=int, default=0)
+    c.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0: all)")
     c.add_argument("--device", **device_kw)
     c.add_argument("--out", default="runs/recl", help="directory for the PNG plots and table")
     c.add_argument("--json", action="store_true")
@@ -551,7 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", parents=[common], help="write a checkpoint in another format")
     x.add_argument("--checkpoint", required=True)
     x.add_argument("--out", required=True)
-    x.add_argument("--format", choices=["hf", "genfeat"], default="hf")
+    x.add_argument("--format", choices=["hf", "genfeat"], default="hf",
+                   help="hf: a Hugging Face model directory; genfeat: genfeat's own checkpoint")
     x.add_argument("--json", action="store_true")
     x.set_defaults(fn=cmd_export)
 
@@ -572,9 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--checkpoint", required=True, help="a gpt, lstm_lm or transformer_xl checkpoint (or Hugging Face "
                                                        "OpenAI GPT directory) with its vocabulary")
     z.add_argument("--task", required=True, choices=["sst2"])
-    z.add_argument("--split", default="dev")
+    z.add_argument("--split", default="dev", help="the split to score")
     z.add_argument("--max-examples", type=int, default=0, help="score the first N examples (0: all)")
-    z.add_argument("--batch-size", type=int, default=32)
+    z.add_argument("--batch-size", type=int, default=32, help="examples per batch")
     z.add_argument("--device", **device_kw)
     z.add_argument("--json", action="store_true")
     z.set_defaults(fn=cmd_zero_shot)
@@ -593,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--paragraphs", required=True, help="a .jsonl or text file of paragraphs")
     q.add_argument("--out", help="the JSONL file to write (default: PARAGRAPHS' file name with the suffix "
                    "'.questions.jsonl', in the current directory)")
-    q.add_argument("--beam", type=int, default=5)
+    q.add_argument("--beam", type=int, default=5, help="beam width (1: greedy)")
     q.add_argument("--max-len", type=int, default=30, help="longest question in words, </s> included")
     q.add_argument("--chunks", choices=["auto", "spacy", "rules"], default="auto",
                    help="answer-chunk extraction: spaCy when installed (auto), spaCy, or the rule-based fallback")
@@ -608,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     nb = sub.add_parser("neighbours", parents=[common], help="nearest neighbours of a word in a word2vec checkpoint")
     nb.add_argument("--checkpoint", required=True, help="a word2vec checkpoint (OUT/final of method: word2vec)")
     nb.add_argument("--word", required=True)
-    nb.add_argument("--top", type=int, default=10, help="how many neighbours (default 10)")
+    nb.add_argument("--top", type=int, default=10, help="how many neighbours")
     nb.add_argument("--json", action="store_true")
     nb.set_defaults(fn=cmd_neighbours)
 
