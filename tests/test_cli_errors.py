@@ -420,3 +420,23 @@ def test_wrong_inputs_to_a_models_forward_are_one_clear_exception():
     for model in models[:3]:
         with pytest.raises(ValueError, match=r"input_ids must be \[b, t\], got shape \(2, 3, 4\)"):
             model(torch.ones(2, 3, 4, dtype=torch.long))
+
+
+def test_a_checkpoint_of_another_architecture_is_named_with_its_article(tmp_path, capsys):
+    """Messages built from an architecture's name said "a xlnet model" (and "a elmo", "a lstm_lm")."""
+    from genfeat.cli import main
+    from genfeat.hub import save_pretrained
+    from genfeat.models.xlnet import XLNetConfig, XLNetLMHeadModel
+
+    save_pretrained(XLNetLMHeadModel(XLNetConfig(n_token=20, d_model=8, n_head=2, d_head=4, d_inner=16, n_layer=1)),
+                    tmp_path / "xlnet")
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(tmp_path / "xlnet")]) == 2
+    assert (f"error: checkpoint '{tmp_path / 'xlnet'}' holds an xlnet model, not transformer_xl or gpt. "
+            "fix: pass a transformer_xl or gpt checkpoint") in capsys.readouterr().err
+    from genfeat.errors import with_article
+
+    assert [with_article(name) for name in ("elmo", "lstm_lm", "XLNetForSequenceClassification", "OpenAIGPTModel",
+                                            "gpt", "bert", "word2vec", "question_gen")] == [
+        "an elmo", "an lstm_lm", "an XLNetForSequenceClassification", "an OpenAIGPTModel", "a gpt", "a bert",
+        "a word2vec", "a question_gen"]

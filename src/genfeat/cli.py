@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from .errors import CheckpointError, ConfigError, DataError, GenfeatError
+from .errors import CheckpointError, ConfigError, DataError, GenfeatError, with_article
 from .io import json_safe
 
 
@@ -137,8 +137,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> None:
 def _check_architecture(path: str, arch: str, architectures: tuple[str, ...]) -> None:
     """Refuse checkpoint ``path`` of architecture ``arch`` for a command that serves ``architectures``."""
     if arch not in architectures:
-        raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {' or '.join(architectures)}",
-                              f"pass a {' or '.join(architectures)} checkpoint")
+        raise CheckpointError(f"checkpoint '{path}' holds {with_article(arch)} model, not {' or '.join(architectures)}",
+                              f"pass {with_article(' or '.join(architectures))} checkpoint")
 
 
 def _load_lm(path: str, device: str = "cpu", architectures: tuple[str, ...] = ("transformer_xl",),
@@ -363,8 +363,8 @@ def cmd_zero_shot(args: argparse.Namespace, extra: list[str]) -> None:
     model, vocab = load_checkpoint(args.checkpoint)
     arch = architecture_of(model)
     if arch not in CAUSAL_ARCHITECTURES or vocab is None:
-        raise ConfigError(f"checkpoint '{args.checkpoint}' holds a {arch} model{'' if vocab else ' without a vocabulary'}"
-                          ", which the zero-shot heuristic cannot score",
+        raise ConfigError(f"checkpoint '{args.checkpoint}' holds {with_article(arch)} model"
+                          f"{'' if vocab else ' without a vocabulary'}, which the zero-shot heuristic cannot score",
                           f"pass a causal language model with its vocabulary ({', '.join(CAUSAL_ARCHITECTURES)})")
     model.to(resolve_device(args.device, "--device"))
     t0 = time.time()

@@ -45,3 +45,14 @@ class CheckpointError(GenfeatError):
 
 class DivergenceError(ConfigError):
     """Training diverged: a loss became NaN or infinite (a setting let it, the learning rate most often)."""
+
+
+_AN_BEFORE = ("a", "e", "i", "o", "xl", "lstm")
+"""How the names that take "an" begin: a vowel, or a letter said with one where the name is read out letter by
+letter (XL, LSTM)."""
+
+
+def with_article(name: str) -> str:
+    """``name`` (an architecture's or a method's, as messages write it) after the indefinite article it is said
+    with: "an xlnet", "an elmo", "an lstm_lm", "a gpt", "a transformer_xl"."""
+    return f"{'an' if name.lower().startswith(_AN_BEFORE) else 'a'} {name}"

@@ -17,7 +17,7 @@ from torch import nn
 
 from . import __version__
 from .config import from_dict, to_dict
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, with_article
 from .framework.checkpoint import CONFIG_FILE, load_weights, read_config, save_checkpoint
 
 # architecture -> (module, config class, model class)
@@ -114,7 +114,7 @@ def checkpoint_config(model: nn.Module, **extra: Any) -> dict[str, Any]:
 
 def build_model(architecture: str, model_cfg: dict[str, Any]) -> nn.Module:
     if architecture in COMPOSITE_CHECKPOINTS:
-        raise CheckpointError(f"a {architecture} checkpoint holds several models trained together, not one model",
+        raise CheckpointError(f"{with_article(architecture)} checkpoint holds several models trained together, not one model",
                               COMPOSITE_CHECKPOINTS[architecture])
     if architecture not in ARCHITECTURES:
         raise CheckpointError(f"unknown architecture '{architecture}'",
@@ -192,8 +192,8 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
             raise CheckpointError(f"'{path}/config.json' gives architecture {arch!r}, not a name",
                                   "the checkpoint is corrupt; use another one")
         if architecture is not None and arch != architecture:
-            raise CheckpointError(f"checkpoint '{path}' holds a {arch} model, not {architecture}",
-                                  f"pass a {architecture} checkpoint")
+            raise CheckpointError(f"checkpoint '{path}' holds {with_article(arch)} model, not {architecture}",
+                                  f"pass {with_article(architecture)} checkpoint")
         model_cfg = cfg.get("model", {})
         if arch == "planetoid" and "row_normalise" not in model_cfg:  # written before the field: the recipe has it
             model_cfg = {**model_cfg, "row_normalise": bool(cfg.get("recipe", {}).get("row_normalise", False))}
@@ -203,8 +203,8 @@ def from_pretrained(path: str | Path, architecture: str | None = None) -> nn.Mod
         module, fn = hf_loader
         model = getattr(importlib.import_module(module), fn)(path)
         if architecture is not None and architecture_of(model) != architecture:
-            raise CheckpointError(f"'{path}' holds a {architecture_of(model)} model, not {architecture}",
-                                  f"pass a {architecture} checkpoint")
+            raise CheckpointError(f"'{path}' holds {with_article(architecture_of(model))} model, not {architecture}",
+                                  f"pass {with_article(architecture)} checkpoint")
     else:
         raise CheckpointError(f"'{path}/config.json' names neither a genfeat architecture nor a supported "
                               f"Hugging Face model_type (got {cfg.get('model_type')!r})",

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import apply_overrides, dotted, from_dict, load_yaml, to_dict
-from .errors import CheckpointError, ConfigError, GenfeatError
+from .errors import CheckpointError, ConfigError, GenfeatError, with_article
 from .io import backup_path, check_output_path
 from .provenance import PROVENANCE, invocation, recording
 
@@ -157,7 +157,7 @@ def _build_recipe(path: str | Path, data: dict[str, Any], overrides: dict[str, A
     if pretraining and not method.pretraining:
         _import_methods()
         names = ", ".join(sorted(m.name for m in _METHODS.values() if m.pretraining))
-        raise ConfigError(f"'{path}' is a {method.name} recipe, not a pretraining one",
+        raise ConfigError(f"'{path}' is {with_article(method.name)} recipe, not a pretraining one",
                           f"name a recipe of a pretraining method ({names}), e.g. recipes/bert/debug.yaml")
     fields = apply_overrides({k: v for k, v in data.items() if k != "method"}, overrides)
     seeded = [k for k in dotted(fields) if k == "train.seed" or k.endswith(".train.seed")]
@@ -220,7 +220,7 @@ def check_resume_method(method: MethodSpec, out_dir: str | Path) -> None:
         return
     arch = saved.get("architecture")
     raise CheckpointError(f"--resume: '{last}' is a checkpoint of method {' or '.join(writers)}"
-                          f"{f' (a {arch} model)' if isinstance(arch, str) else ''}, and this recipe is of method "
+                          f"{f' ({with_article(arch)} model)' if isinstance(arch, str) else ''}, and this recipe is of method "
                           f"{method.name}", f"resume it with the {' or '.join(writers)} recipe it was trained with, or "
                           f"give this {method.name} run another --out")
 
@@ -429,8 +429,8 @@ def _check_resume_identity(out: Path, method: MethodSpec, run: dict[str, Any], s
     fix = ("resume with the recipe and overrides the run was started with (OUT/provenance.json records them), or "
            "pass --overwrite to replace it, or another --out")
     if started.get("method") != run["method"]:
-        raise ConfigError(f"--resume: the run in '{out}' is a {started.get('method')} run, this recipe is of method "
-                          f"{run['method']}", fix)
+        raise ConfigError(f"--resume: the run in '{out}' is {with_article(str(started.get('method')))} run, this recipe is "
+                          f"of method {run['method']}", fix)
     then, now = (dotted(r["recipe"]) for r in (started, run))
     free = {*method.resume_free, *(f"{section}{name}" for section in ("train.", "pretrain.overrides.train.")
                                     for name in TRAIN_LOOP_FIELDS)}

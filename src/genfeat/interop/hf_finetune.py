@@ -55,7 +55,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..config import to_dict
-from ..errors import CheckpointError
+from ..errors import CheckpointError, with_article
 from ..models.bert import BertForMaskedLM
 from ..models.gpt import GPTLMHeadModel
 from ..models.heads import FineTuneConfig, FineTuneModel, HeadConfig, get_adapter
@@ -344,7 +344,7 @@ def load_hf_bert_task(path: str | Path) -> FineTuneModel:
     hf_cfg = json.loads((path / "config.json").read_text())
     arch = (hf_cfg.get("architectures") or [""])[0]
     if arch not in BERT_TASK_HEADS:
-        raise CheckpointError(f"'{path}' holds a {arch or 'BERT'} model, not a BERT task model",
+        raise CheckpointError(f"'{path}' holds {with_article(arch or 'BERT')} model, not a BERT task model",
                               f"pass a {', '.join(BERT_TASK_HEADS)} directory")
     weights = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias"): v
                for k, v in read_hf_weights(path).items()}

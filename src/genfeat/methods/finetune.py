@@ -105,7 +105,7 @@ import torch
 from torch import nn
 
 from ..config import Config, check_least, dotted, to_dict
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, with_article
 from ..eval.metrics import CORRELATION_METRICS
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import has_checkpoint, resume_dir
@@ -598,7 +598,7 @@ def build_model_and_vocab(cfg: FineTuneRecipe, spec: TaskSpec, train_examples: S
         check_vocab(backbone, vocab, cfg.init)
         if cfg.finetune_bilm is not None:
             if arch != "elmo":
-                raise ConfigError(f"finetune_bilm is set but the init checkpoint is a {arch} model, not ELMo",
+                raise ConfigError(f"finetune_bilm is set but the init checkpoint is {with_article(arch)} model, not ELMo",
                                   "drop finetune_bilm: every other backbone is fine-tuned whole")
             backbone.config = replace(backbone.config, finetune_bilm=cfg.finetune_bilm)
     else:
@@ -871,10 +871,10 @@ def evaluate_task(checkpoint: str | Path, task: str, split: str = "dev", predict
         model = from_double_heads(model, f"checkpoint '{checkpoint}'", checkpoint)
     if not isinstance(model, FineTuneModel):
         arch = architecture_of(model)
-        raise CheckpointError(f"checkpoint '{checkpoint}' holds a {arch} model without a task head",
+        raise CheckpointError(f"checkpoint '{checkpoint}' holds {with_article(arch)} model without a task head",
                               f"fine-tune it first (method: finetune, init: {checkpoint}) and evaluate the fine-tuned "
-                              "OUT/final" if arch in fine_tunable() else f"a {arch} model cannot be fine-tuned: its figures "
-                              "are those of the run that trained it (OUT/results.json)")
+                              "OUT/final" if arch in fine_tunable() else f"{with_article(arch)} model cannot be fine-tuned: "
+                              "its figures are those of the run that trained it (OUT/results.json)")
     spec = get_task(task)
     # a head genfeat trained; a Hugging Face task model stays one (task "hf:...") through a genfeat export
     native = "architecture" in read_config(checkpoint) and not model.config.task.startswith("hf:")

@@ -78,7 +78,7 @@ from ..data.gdan import (D_GEN as TAG_GEN, D_TRUE as TAG_TRUE, SPECIALS, Collate
                          load_gdan_data)
 from ..data.question_gen import QGBatch, answer_examples, collate_qg, question_words, reader_questions
 from ..data.vocab import SymbolVocab
-from ..errors import CheckpointError, ConfigError, DataError
+from ..errors import CheckpointError, ConfigError, DataError, with_article
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import load_trainer_state, read_config, resume_dir, save_checkpoint
@@ -360,7 +360,7 @@ def new_reader(cfg: GDANRecipe, vocab: SymbolVocab, tagged: bool, vectors: bool 
     backbone, tokenizer = load_checkpoint(cfg.d_init)
     arch = architecture_of(backbone)
     if arch not in ("bert", "xlnet") or tokenizer is None:
-        raise ConfigError(f"d_init '{cfg.d_init}' holds a {arch} model{'' if tokenizer else ' without a tokenizer'}",
+        raise ConfigError(f"d_init '{cfg.d_init}' holds {with_article(arch)} model{'' if tokenizer else ' without a tokenizer'}",
                           "initialise D from a genfeat bert or xlnet checkpoint with its vocab.json "
                           "(e.g. runs/bert_pretrain/final)")
     head = HeadConfig(kind="span", d_model=backbone.config.d_model, dropout=backbone.config.dropout)
@@ -555,7 +555,7 @@ def evaluate_reader(checkpoint: str | Path, task: str = EVAL_TASK, split: str = 
     cfg = saved_recipe(checkpoint)
     d, vocab = load_checkpoint(checkpoint)
     if architecture_of(d) not in READER_ARCHITECTURES or vocab is None:
-        raise CheckpointError(f"checkpoint '{checkpoint}' holds a {architecture_of(d)} model"
+        raise CheckpointError(f"checkpoint '{checkpoint}' holds {with_article(architecture_of(d))} model"
                               f"{'' if vocab is not None else ' without its vocabulary'}, not a GDAN discriminator",
                               "pass OUT/final/d of a gdan run")
     tagged = cfg.setting in TAGGED_SETTINGS

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from ..config import Config, check_least, to_dict
 from ..data.vocab import EOS
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, with_article
 from ..nn.adaptive import check_token_input
 from ..tasks.transforms import InputFormat, Packed, input_format
 
@@ -145,8 +145,8 @@ def check_backbone(architecture: str, where: str) -> BackboneAdapter:
     try:
         return get_adapter(architecture)
     except ConfigError:
-        raise CheckpointError(f"checkpoint '{where}' holds a {architecture} model, which cannot be fine-tuned "
-                              f"(fine-tuning takes a {', '.join(fine_tunable())} backbone)",
+        raise CheckpointError(f"checkpoint '{where}' holds {with_article(architecture)} model, which cannot be fine-tuned "
+                              f"(fine-tuning takes {with_article(', '.join(fine_tunable()))} backbone)",
                               "name a pretrained backbone of one of those architectures as init, e.g. the OUT/final "
                               "of recipes/bert/pretrain.yaml") from None
 
