@@ -57,6 +57,16 @@ def test_joint_gradient_is_weighted_sum():
         torch.testing.assert_close(p.detach(), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_optimizer_steps_count_each_optimizers_steps_among_the_first_n():
+    spec = OptimSpec(OptimConfig(name="sgd", lr=0.1))
+    phase = alternating([(Term(SquaredError("a"), make_stream()), 2, spec),
+                         (Term(SquaredError("b"), make_stream()), 3, spec)], steps=7)[0]
+    for n in range(12):
+        assert phase.optimizer_steps(n) == {name: sum(phase.stage_at(i).optimizer == name for i in range(n))
+                                            for name in ("opt0", "opt1")}, n
+    assert phase.optimizer_steps(7) == {"opt0": 4, "opt1": 3}
+
+
 def test_alternating_steps_each_optimizer_on_its_own_parameters():
     torch.manual_seed(0)
     model = TwoHead()

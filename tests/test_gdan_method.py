@@ -205,6 +205,7 @@ def test_debug_recipe_runs_on_real_data(debug_run):
     run = out["runs"][0]
     assert run["labelled"] == round(0.05 * 5928) and run["unlabelled_questions"] > 0
     assert run["steps"] == 4 + 2, "4 D steps, one G step after each 2"
+    assert (run["d_steps"], run["g_steps"]) == (4, 2), "the recipe's steps are D's; G's REINFORCE steps apart"
     assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "metrics.jsonl").is_file()
     # every checkpoint names what extracted the answer chunks (the debug recipe asks for the rules)
     for folder in ("last", "final/d", "final/g"):

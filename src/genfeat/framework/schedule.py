@@ -88,6 +88,16 @@ class Phase:
             pos -= stage.repeat
         raise AssertionError("unreachable: pos < cycle")
 
+    def optimizer_steps(self, done: int) -> dict[str, int]:
+        """The steps each optimizer took in the first ``done`` steps of this phase (every stage's ``repeat`` in
+        turn), by optimizer name."""
+        rounds, rest = divmod(done, self.cycle)
+        counts = dict.fromkeys(self.optimizers, 0)
+        for stage in self.stages:
+            counts[stage.optimizer] += rounds * stage.repeat + min(rest, stage.repeat)
+            rest = max(rest - stage.repeat, 0)
+        return counts
+
     def terms(self) -> list[Term]:
         return [t for s in self.stages for t in s.terms]
 

@@ -26,12 +26,15 @@ Settings (Table 3.4's rows):
 
 Each D step minimises the sum of the terms' mean losses with one Adam optimizer (``steps`` D steps; the
 adversarial settings add T_G G steps, with G's own optimizer, after every T_D D steps); an evaluation every
-``train.eval_every`` steps scores dev F1 (D reads dev questions with d_true when tags are on), and the
-parameters of the best dev F1 are kept (model selection on dev only). The figures of a run: ``test_f1``,
+``train.eval_every`` steps of the phase (D's and G's together) scores dev F1 (D reads dev questions with d_true when
+tags are on), and the parameters of the best dev F1 are kept (model selection on dev only). The figures of a run: ``test_f1``,
 ``test_em``, ``dev_f1``, ``dev_em`` (SQuAD v1.1's official EM/F1 on the word span decoded by
 :func:`~genfeat.tasks.transforms.best_spans`, as fractions), ``labelled`` questions, ``unlabelled_questions`` (Context
-pseudo-questions, or the answer chunks G writes questions for), ``vocab``, ``steps`` (D and G steps of the
-training phase) and ``train_seconds`` (G's pretraining included); ``genfeat run --seeds N`` adds their means
+pseudo-questions, or the answer chunks G writes questions for), ``vocab``, ``steps`` (all steps of the training
+phase, as ``train.eval_every``, ``save_every`` and ``stop_after_steps`` count them: ``d_steps`` + ``g_steps``),
+``d_steps`` (D's, the recipe's ``steps`` in a run to the end), ``g_steps`` (G's REINFORCE steps; 0 but in the
+adversarial settings; G's MLE pretraining steps, ``g_pretrain_steps``, are in none of the three) and
+``train_seconds`` (G's pretraining included); ``genfeat run --seeds N`` adds their means
 over seeds (``test_f1_mean`` ...). Output directory, each checkpoint with vocab.json and the recipe in config.json:
 
 - ``OUT/g_mle`` (generator settings): G's MLE pretraining log and ``OUT/g_mle/last``, D (as built) and G after
@@ -489,13 +492,15 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
                       resume_from=resume_from, diverged_fix=_DIVERGED_FIX)
     result = trainer.fit()
     seconds = g_seconds + result.seconds     # over every invocation of a resumed run
+    done = phase.optimizer_steps(result.steps)
+    steps = {"steps": result.steps, "d_steps": done["d"], "g_steps": done.get("g", 0)}
     if result.interrupted:
-        return {"steps": result.steps, "train_seconds": seconds, "interrupted": 1.0}
+        return {**steps, "train_seconds": seconds, "interrupted": 1.0}
     dev_scores = score(model, dev, collate, domain, cfg.eval_batch, cfg.max_answer_words)
     test_scores = score(model, test, collate, domain, cfg.eval_batch, cfg.max_answer_words)
     figures = {"test_f1": test_scores["f1"], "test_em": test_scores["em"], "dev_f1": dev_scores["f1"],
                "dev_em": dev_scores["em"], "labelled": len(data.labelled), "unlabelled_questions": n_unl,
-               "vocab": len(vocab), "steps": result.steps, "train_seconds": seconds}
+               "vocab": len(vocab), **steps, "train_seconds": seconds}
     if out is not None and trainer.dist.is_main:
         for name, module in model.items():
             module_vocab = d_vocab if name == "d" else vocab
