@@ -440,3 +440,50 @@ def test_a_checkpoint_of_another_architecture_is_named_with_its_article(tmp_path
                                             "gpt", "bert", "word2vec", "question_gen")] == [
         "an elmo", "an lstm_lm", "an XLNetForSequenceClassification", "an OpenAIGPTModel", "a gpt", "a bert",
         "a word2vec", "a question_gen"]
+
+
+def test_wrong_inputs_to_elmo_are_one_clear_exception():
+    """ELMo's forward had no input checks: a list, float ids or an id outside the character vocabulary failed in
+    torch's words ("'list' object has no attribute 'dim'", "Expected tensor for argument #1 'indices'", "index out of
+    range in self"), and word ids of another rank were reported as char_ids."""
+    from genfeat.models.elmo import ElmoBiLM, ElmoConfig
+
+    model = ElmoBiLM(ElmoConfig(n_token=20, n_char=10, max_chars=5, char_dim=4, filters=[(1, 4), (2, 4)], d_proj=8,
+                                d_lstm=8, n_layer=1))
+    spelled = torch.ones(2, 3, 5, dtype=torch.long)
+    with pytest.raises(TypeError, match="char_ids must be a torch tensor of token ids.*got list"):
+        model([[[1, 2, 3, 0, 0]]])
+    with pytest.raises(TypeError, match=r"char_ids must hold integer token ids \(torch.long\), got torch.float32"):
+        model(spelled.float())
+    with pytest.raises(ValueError, match=r"char_ids must be \[b, t, c\], got shape \(3, 5\)"):
+        model(spelled[0])
+    with pytest.raises(ValueError, match=r"char_ids hold ids in \[1, 10\], outside the vocabulary \[0, 10\)"):
+        model(spelled.index_fill(2, torch.tensor([4]), 10))
+    with pytest.raises(TypeError, match="word_ids must be a torch tensor of token ids.*got list"):
+        model(word_ids=[[1, 2]])
+    with pytest.raises(TypeError, match=r"word_ids must hold integer token ids \(torch.long\), got torch.float32"):
+        model(spelled, torch.ones(2, 3), score_words=True)
+    with pytest.raises(ValueError, match=r"word_ids must be \[b, t\], got shape \(3,\)"):
+        model(word_ids=torch.ones(3, dtype=torch.long))
+    assert model(spelled).layers.shape == (2, 2, 3, 16)
+
+
+def test_wrong_images_to_pixelcnn_are_one_clear_exception():
+    """PixelCNN's forward had no input checks: a list, integer pixels, another rank or channel count failed in torch's
+    words, and 8-bit values (0..255) were scored as if in [-1, 1]."""
+    from genfeat.models.pixelcnn import PixelCNN, PixelCNNConfig
+
+    model = PixelCNN(PixelCNNConfig(image_shape=(1, 6, 6), filters=4, blocks=1, mixtures=2))
+    images = torch.rand(2, 1, 6, 6) * 2 - 1
+    with pytest.raises(TypeError, match=r"x must be a float tensor of images \[b, 1, h, w\], got list"):
+        model(images.tolist())
+    with pytest.raises(TypeError, match=r"x must hold float pixel values in \[-1, 1\], got torch.uint8"):
+        model.log_prob(images.to(torch.uint8))
+    with pytest.raises(ValueError, match=r"x must be \[b, 1, h, w\], got shape \(1, 6, 6\)"):
+        model(images[0])
+    with pytest.raises(ValueError, match=r"x must be \[b, 1, h, w\], got shape \(2, 3, 6, 6\)"):
+        model(images.expand(2, 3, 6, 6))
+    with pytest.raises(ValueError, match=r"x must hold pixel values in \[-1, 1\] \(2v/255 - 1 for an 8-bit value v\), "
+                                         r"got values in \[0, 255\]"):
+        model.log_prob(torch.linspace(0, 255, 72).view(2, 1, 6, 6))
+    assert model.log_prob(images).shape == (2,)

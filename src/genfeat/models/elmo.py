@@ -44,7 +44,7 @@ from ..config import Config
 from ..data.chars import PAD, CharVocab
 from ..data.vocab import EOS, Vocab
 from ..errors import CheckpointError, ConfigError
-from ..nn.adaptive import AdaptiveLogSoftmax, check_ids
+from ..nn.adaptive import AdaptiveLogSoftmax, check_ids, check_token_input
 from .heads import BackboneAdapter, EosFormat, register_adapter
 
 
@@ -290,12 +290,15 @@ class ElmoBiLM(nn.Module):
 
     def forward(self, char_ids: Tensor | None = None, word_ids: Tensor | None = None, *,
                 score_words: bool = False) -> ElmoOutput:
-        if char_ids is None:
-            if word_ids is None:
-                raise ValueError("give char_ids or word_ids")
+        if word_ids is not None:
+            check_token_input(word_ids, "word_ids", "[b, t]")
+        if char_ids is not None:
+            check_token_input(char_ids, "char_ids", "[b, t, c]")
+            check_ids(char_ids, self.config.n_char, "char_ids")
+        elif word_ids is None:
+            raise ValueError("give char_ids or word_ids")
+        else:
             char_ids = self.spell(word_ids)
-        if char_ids.dim() != 3:
-            raise ValueError(f"char_ids must be [batch, tokens, characters], got shape {tuple(char_ids.shape)}")
         mask = (char_ids != PAD).any(-1)                                           # [b, t]
         lengths = mask.sum(1)
         # reverse_padded and the forward LSTM assume right padding

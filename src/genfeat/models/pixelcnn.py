@@ -137,6 +137,29 @@ def discretized_logistic_mixture_log_prob(x: Tensor, params: Tensor, m: int) -> 
     return per_pixel.flatten(1).sum(1)
 
 
+PIXEL_SLACK = 1 / 255
+"""How far outside [−1, 1] an input pixel may lie (half the step between two 8-bit values): the straight-through
+rounding of generated images (genfeat.objectives.complement_gan.density_input) may leave a float error there."""
+
+
+def check_image_input(x: Tensor, what: str, channels: int) -> None:
+    """Raise TypeError for ``x`` that is not a float tensor, ValueError for one that is not [b, ``channels``, h, w]
+    or holds values outside [−1, 1] (beyond :data:`PIXEL_SLACK`): a list, integer pixels or another shape otherwise
+    fail inside the convolutions in torch's words, and 8-bit values (0..255) would be scored as if in [−1, 1]."""
+    dims = f"[b, {channels}, h, w]"
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{what} must be a float tensor of images {dims}, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{what} must hold float pixel values in [-1, 1], got {x.dtype}")
+    if x.dim() != 4 or x.shape[1] != channels:
+        raise ValueError(f"{what} must be {dims}, got shape {tuple(x.shape)}")
+    if x.numel():
+        low, high = (float(v) for v in torch.aminmax(x.detach()))  # one reduction, one device sync
+        if low < -1 - PIXEL_SLACK or high > 1 + PIXEL_SLACK:
+            raise ValueError(f"{what} must hold pixel values in [-1, 1] (2v/255 - 1 for an 8-bit value v), got values "
+                             f"in [{low:g}, {high:g}]")
+
+
 class PixelCNN(nn.Module):
     """PixelCNN++ at one resolution. ``forward(x)`` (b, c, h, w) in [−1, 1] -> mixture parameters
     (b, mixture_params(c, m), h, w); :meth:`log_prob` -> (b,) log p(x) in nats."""
@@ -153,6 +176,7 @@ class PixelCNN(nn.Module):
         self.out = nn.utils.parametrizations.weight_norm(nn.Conv2d(f, mixture_params(c, cfg.mixtures), 1))
 
     def forward(self, x: Tensor) -> Tensor:
+        check_image_input(x, "x", self.config.image_shape[0])
         # a channel of ones lets the zero padding of the borders be told apart from black pixels
         x = torch.cat([x, torch.ones_like(x[:, :1])], 1)
         u = _down_shift(self.u_in(x))
