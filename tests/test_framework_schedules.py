@@ -192,6 +192,25 @@ def test_lr_schedule_warmup_then_cosine_or_linear_decay():
     assert [lin.lr_at(s, 12) for s in (0, 1, 2, 4, 7, 12)] == pytest.approx([1.0, 2.0, 2.0, 1.6, 1.0, 0.0])
 
 
+def test_a_warmup_as_long_as_its_phase_is_warned_about(capsys):
+    """A warm-up of at least the phase's steps was accepted silently: the learning rate climbs for the whole phase and
+    never reaches its peak (a recipe's warmup_steps 20 run with --steps 2 trains at lr / 20 and lr / 10). It is a
+    warning, not an error: the tests and benchmarks run such recipes for a few steps on purpose."""
+    model = TwoHead()
+    spec = OptimSpec(OptimConfig(name="sgd", lr=0.1, warmup_steps=20))
+    Trainer(model, [Phase("train", 2, [Stage([Term(SquaredError("a"), make_stream())], "d")], {"d": spec})],
+            TrainConfig(**QUIET))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: phase 'train' has 2 steps and its optimizer 'd' warms up "
+                                                   "over 20 (warmup_steps)"), err
+    assert "reaches 10% of lr 0.1, at the last step. fix: set warmup_steps below 2" in err, err
+    Trainer(model, one_phase(SquaredError("a"), make_stream(), 3, OptimConfig(lr=0.1, warmup_steps=3)), TrainConfig(**QUIET))
+    assert capsys.readouterr().err.startswith("warning: phase 'train' has 3 steps and its optimizer warms up over 3")
+    Trainer(model, one_phase(SquaredError("a"), make_stream(), 3, OptimConfig(lr=0.1, warmup_steps=2)), TrainConfig(**QUIET))
+    Trainer(model, one_phase(SquaredError("a"), make_stream(), 0, OptimConfig(lr=0.1, warmup_steps=2)), TrainConfig(**QUIET))
+    assert capsys.readouterr().err == ""
+
+
 def test_train_config_rejects_bad_fields():
     with pytest.raises(ConfigError, match="unknown config field 'grad_acum'.*grad_accum"):
         from_dict(TrainConfig, {"grad_acum": 2})

@@ -101,6 +101,21 @@ class Phase:
     def terms(self) -> list[Term]:
         return [t for s in self.stages for t in s.terms]
 
+    def long_warmups(self) -> list[str]:
+        """A line (cause and fix) for each optimizer whose warm-up is not shorter than this phase: its learning rate
+        climbs for the whole phase (:meth:`OptimConfig.lr_at` counts the phase's steps) and reaches its peak ``lr``
+        at most at the last step. Not an error: a recipe run for a few steps (a test, a benchmark) warms up so."""
+        lines = []
+        for name, spec in self.optimizers.items():
+            cfg = spec.config
+            if 0 < self.steps <= cfg.warmup_steps:
+                which = "its optimizer" if name == "main" else f"its optimizer '{name}'"
+                lines.append(f"phase '{self.name}' has {self.steps} steps and {which} warms up over {cfg.warmup_steps} "
+                             f"(warmup_steps), so its learning rate never leaves the warm-up: it reaches "
+                             f"{self.steps / cfg.warmup_steps:.0%} of lr {cfg.lr:g}, at the last step. fix: set "
+                             f"warmup_steps below {self.steps}, or give the phase more steps")
+        return lines
+
 
 def one_phase(objective: Objective, stream: Stream, steps: int, optim: OptimConfig) -> list[Phase]:
     """A single objective trained alone (Transformer-XL language modelling)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields, is_dataclass, replace
@@ -211,6 +212,9 @@ class Trainer:
         if cfg.keep_freed_memory and self.device.type == "cpu":
             keep_freed_memory()
         self.dist: DistInfo = init_distributed(self.device)
+        if self.dist.is_main:
+            for line in (line for phase in phases for line in phase.long_warmups()):
+                print(f"warning: {line}", file=sys.stderr)
         if self.device.type == "cuda" and self.dist.enabled:
             self.device = torch.device("cuda", self.dist.local_rank)
         self.model = model.to(self.device)
