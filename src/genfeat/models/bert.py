@@ -132,6 +132,10 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None) -> Tensor:
+        """The last layer's states (arguments in the class docstring).
+
+        Shapes: input_ids, token_type_ids, attention_mask [b, t] -> [b, t, d].
+        """
         cfg = self.config
         check_token_input(input_ids, "input_ids", "[b, t]")
         b, t = input_ids.shape
@@ -206,6 +210,11 @@ class BertForMaskedLM(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 masked_positions: Tensor | None = None, *, return_logits: bool = True) -> BertOutput:
+        """The encoder's states and the heads' scores (arguments in the class docstring).
+
+        Shapes: input_ids, token_type_ids, attention_mask, masked_positions [b, t] -> :class:`BertOutput`: hidden
+        [b, t, d], logits [n, V] at the n masked positions (else [b, t, V]), nsp_logits [b, 2] (``config.nsp``).
+        """
         h = self.bert(input_ids, token_type_ids, attention_mask)
         logits = None
         if return_logits:

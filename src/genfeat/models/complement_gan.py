@@ -201,6 +201,7 @@ class MLPDiscriminator(nn.Module):
         self.out = nn.Sequential(GaussianNoise(cfg.hidden_noise), WNLinear(sizes[-1], cfg.num_classes))
 
     def forward(self, x: Tensor) -> DiscriminatorOutput:
+        """Shapes: x (b, c, h, w) -> :class:`DiscriminatorOutput`: logits (b, k), features h(x) (b, d)."""
         h = self.features(x.flatten(1))
         return DiscriminatorOutput(self.out(h), h)
 
@@ -226,6 +227,7 @@ class ConvDiscriminator(nn.Module):
         self.out = WNLinear(c2, cfg.num_classes)
 
     def forward(self, x: Tensor) -> DiscriminatorOutput:
+        """Shapes: x (b, c, 32, 32) -> :class:`DiscriminatorOutput`: logits (b, k), features h(x) (b, d)."""
         h = self.trunk(x).mean((2, 3))
         return DiscriminatorOutput(self.out(h), h)
 
@@ -244,6 +246,7 @@ class MLPGenerator(nn.Module):
         self.net = nn.Sequential(*layers, WNLinear(sizes[-1], out), nn.Sigmoid())
 
     def forward(self, z: Tensor) -> Tensor:
+        """Shapes: z (b, z) -> images (b, c, h, w) in [0, 1]."""
         return self.net(z).view(len(z), *self.image_shape)
 
 
@@ -259,6 +262,7 @@ class ConvGenerator(nn.Module):
                                  nn.ConvTranspose2d(128, cfg.image_shape[0], 5, 2, 2, 1), nn.Tanh())
 
     def forward(self, z: Tensor) -> Tensor:
+        """Shapes: z (b, z) -> images (b, c, 32, 32) in [-1, 1]."""
         return self.net(self.project(z).view(len(z), 512, 4, 4))
 
 
@@ -277,6 +281,7 @@ class Encoder(nn.Module):
         self.bounds = (cfg.log_sigma_min, cfg.log_sigma_max)
 
     def forward(self, x: Tensor) -> EncoderOutput:
+        """q(z | x). Shapes: x (b, c, h, w) -> :class:`EncoderOutput`: mean, log_sigma (b, z)."""
         mean, raw = self.net(x.flatten(1)).chunk(2, dim=1)
         lo, hi = self.bounds
         return EncoderOutput(mean, lo + (hi - lo) * torch.sigmoid(raw))
@@ -298,6 +303,11 @@ class ComplementGAN(nn.Module):
         self.encoder = Encoder(cfg) if cfg.encoder else None
 
     def forward(self, x: Tensor) -> DiscriminatorOutput:
+        """D's classification of images: the K real-class logits (the fake class's is fixed at 0, §3.1.2) and the
+        features h(x) that feature matching compares.
+
+        Shapes: x (b, c, h, w) -> :class:`DiscriminatorOutput`: logits (b, k), features (b, d).
+        """
         return self.discriminator(x)
 
     def sample_noise(self, n: int) -> Tensor:

@@ -290,6 +290,12 @@ class ElmoBiLM(nn.Module):
 
     def forward(self, char_ids: Tensor | None = None, word_ids: Tensor | None = None, *,
                 score_words: bool = False) -> ElmoOutput:
+        """The biLM's layer activations h_{k,j} (§3.2) and, with ``score_words``, both directions' log-probabilities
+        of the neighbouring words, the terms of Eq. 1 (arguments in the class docstring).
+
+        Shapes: char_ids [b, t, c], word_ids [b, t] -> :class:`ElmoOutput`: layers [L + 1, b, t, 2d], mask [b, t],
+        forward_log_probs and backward_log_probs [b, t - 1].
+        """
         if word_ids is not None:
             check_token_input(word_ids, "word_ids", "[b, t]")
         if char_ids is not None:
@@ -352,6 +358,10 @@ class ScalarMix(nn.Module):
         self.layer_norm = layer_norm
 
     def forward(self, layers: Tensor, mask: Tensor | None = None) -> Tensor:
+        """ELMo_k = γ Σ_j s_j h_{k,j} (§3.2, Eq. 1).
+
+        Shapes: layers [L + 1, b, t, D], mask [b, t] (needed with ``layer_norm``) -> [b, t, D].
+        """
         if layers.shape[0] != self.weights.numel():
             raise ValueError(f"ScalarMix was built for {self.weights.numel()} layers, got {layers.shape[0]}")
         if self.layer_norm:

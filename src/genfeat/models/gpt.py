@@ -233,6 +233,14 @@ class GPTLMHeadModel(nn.Module):
                 mc_token_ids: Tensor | None = None, past: KeyValues | None = None, *,
                 position_ids: Tensor | None = None, labels: Tensor | None = None, use_cache: bool = False,
                 return_logits: bool | None = None) -> GPTOutput:
+        """The decoder over the new tokens after the m cached ones, h_0 = U W_e + W_p (Eq. 2), and the tied LM
+        head h_L W_e^T (arguments in the class docstring).
+
+        Shapes: input_ids, token_type_ids, labels [..., t] ([b, k, t] for the multiple-choice head), attention_mask
+        [..., m + t], mc_token_ids [b, k], position_ids [..., t] or [t] -> :class:`GPTOutput`: hidden [..., t, d],
+        logits [..., t, V + S], mc_logits [b, k] (``config.mc_head``), target_log_probs [..., t], past (``use_cache``)
+        L x (keys, values) [b', h, m + t, e] (b' the leading axes flattened).
+        """
         cfg = self.config
         check_token_input(input_ids, "input_ids")
         if input_ids.dim() == 0:

@@ -389,6 +389,12 @@ class TaskHead(nn.Module):
 
     def forward(self, hidden: Tensor, summary_index: Tensor, context_mask: Tensor | None = None,
                 start_positions: Tensor | None = None) -> TaskOutput:
+        """The task's scores from the backbone's last-layer states (class docstring).
+
+        Shapes: hidden [b·k, t, d], summary_index [b, k], context_mask [b, t] (span), start_positions [b]
+        (start-conditioned span ends) -> :class:`TaskOutput`: logits [b, c], [b] (regression) or [b, k] (multiple
+        choice); span heads: start_logits [b, t], end_logits [b, t] or [b, t, t], answer_logits [b].
+        """
         cfg = self.config
         b, k = summary_index.shape
         summary = _gather(hidden, summary_index.reshape(-1)).view(b, k, -1)            # [b, k, d]

@@ -153,6 +153,12 @@ class LSTMLMHeadModel(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, *, labels: Tensor | None = None,
                 return_logits: bool | None = None) -> LSTMLMOutput:
+        """The LSTM over the tokens and the tied head, P(u_t | u_<t) = softmax(h_t W_e^T) (module doc; arguments
+        in the class docstring).
+
+        Shapes: input_ids, attention_mask, labels [..., t] -> :class:`LSTMLMOutput`: hidden [..., t, d], logits
+        [..., t, V + S], target_log_probs [..., t].
+        """
         cfg = self.config
         shape, t = input_ids.shape, input_ids.shape[-1]
         if t > cfg.max_position:

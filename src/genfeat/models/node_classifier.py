@@ -59,6 +59,10 @@ class _FullGraph(nn.Module):
         raise NotImplementedError
 
     def forward(self, nodes: Tensor | None = None) -> NodeOutput:
+        """The rows ``nodes`` of the full-graph pass (module doc).
+
+        Shapes: nodes (b,) node ids, or None: all n -> :class:`NodeOutput`: logits (b, k), hidden (b, h) or None.
+        """
         out = self.full()
         return out if nodes is None else out.rows(nodes)
 

@@ -176,6 +176,12 @@ class PixelCNN(nn.Module):
         self.out = nn.utils.parametrizations.weight_norm(nn.Conv2d(f, mixture_params(c, cfg.mixtures), 1))
 
     def forward(self, x: Tensor) -> Tensor:
+        """The mixture's parameters at every pixel, from the pixels above it and to its left (the two causal
+        streams).
+
+        Shapes: x (b, c, h, w) in [−1, 1] -> (b, mixture_params(c, m), h, w): logits, means, log scales and
+        coefficients, as :func:`discretized_logistic_mixture_log_prob` reads them.
+        """
         check_image_input(x, "x", self.config.image_shape[0])
         # a channel of ones lets the zero padding of the borders be told apart from black pixels
         x = torch.cat([x, torch.ones_like(x[:, :1])], 1)
@@ -187,4 +193,5 @@ class PixelCNN(nn.Module):
         return self.out(F.elu(ul))
 
     def log_prob(self, x: Tensor) -> Tensor:
+        """log p(x) in nats (PixelCNN++ Eq. 2). Shapes: x (b, c, h, w) in [−1, 1] -> (b,)."""
         return discretized_logistic_mixture_log_prob(x, self(x), self.config.mixtures)

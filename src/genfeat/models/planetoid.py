@@ -145,6 +145,11 @@ class PlanetoidModel(nn.Module):
         return self.context(self.embed(i))
 
     def forward(self, nodes: Tensor) -> PlanetoidOutput:
+        """p(y | x, e) of the nodes (module doc), e_i as Eq. 3.13 (mode ``t``) or 3.14 (mode ``i``) gives it.
+
+        Shapes: nodes (b,) node ids -> :class:`PlanetoidOutput`: logits (b, k), embedding (b, e), aux_logits two
+        (b, k) (none in mode ``g``).
+        """
         e = self.embed(nodes)
         le = self.out_e(self.drop(e))
         if self.config.mode == "g":

@@ -111,7 +111,7 @@ class TransformerXLOutput:
     mems: list[Tensor]
     """L tensors [b, m', d]: the new memory (detached), inputs of each layer over the last mem_len steps."""
     target_log_probs: Tensor | None = None
-    """[b, t] log p(labels) when labels were given."""
+    """[b, n] log p(labels) when labels ([b, n], the last n positions) were given."""
     log_probs: Tensor | None = None
     """[b, t, V] when return_log_probs."""
 
@@ -246,6 +246,12 @@ class TransformerXLLMHeadModel(nn.Module):
                 mem_len: int | None = None, clamp_len: int | None = None, ext_len: int | None = None,
                 return_log_probs: bool = False, cache: list[ProjectionCache] | None = None,
                 key_padding: Tensor | None = None) -> TransformerXLOutput:
+        """One segment, attending to the memory of the earlier ones (arguments in the class docstring).
+
+        Shapes: input_ids [b, t], mems L x [b, m, d], labels [b, n] (n <= t), key_padding [b, m + t] ->
+        :class:`TransformerXLOutput`: hidden [b, t, d], mems L x [b, m', d] (m' <= mem_len), target_log_probs
+        [b, n], log_probs [b, t, V].
+        """
         cfg = self.config
         if cache is not None and len(cache) != len(self.layers):
             raise ValueError(f"cache has {len(cache)} entries for {len(self.layers)} layers: use model.new_cache()")

@@ -280,6 +280,14 @@ class XLNetLMHeadModel(nn.Module):
                 token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 mems: list[Tensor] | None = None, masked_positions: Tensor | None = None,
                 return_logits: bool = True) -> XLNetOutput:
+        """The content stream and, with ``target_mapping``, the query stream (Eq. 2.4) over one segment and its
+        memory (arguments in the class docstring).
+
+        Shapes: input_ids, token_type_ids, attention_mask, masked_positions [b, t], perm_mask [b, t, t],
+        target_mapping [b, n, t], mems L x [b, m, d] -> :class:`XLNetOutput`: logits [b, n, V] (query stream),
+        [n, V] at the n masked positions or [b, t, V] (content stream); hidden [b, n, d] or [b, t, d]; mems
+        L x [b, m', d]; nsp_logits [b, 2] (``config.nsp``).
+        """
         cfg = self.config
         check_token_input(input_ids, "input_ids", "[b, t]")
         b, t = input_ids.shape
