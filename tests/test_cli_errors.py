@@ -404,6 +404,7 @@ def test_wrong_inputs_to_a_models_forward_are_one_clear_exception():
     attribute 'shape'", "Expected tensor for argument #1 'indices'", "too many values to unpack")."""
     from genfeat.models.bert import BertConfig, BertForMaskedLM
     from genfeat.models.gpt import GPTConfig, GPTLMHeadModel
+    from genfeat.models.lstm_lm import LSTMLMConfig, LSTMLMHeadModel
     from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
     from genfeat.models.xlnet import XLNetConfig, XLNetLMHeadModel
 
@@ -411,7 +412,8 @@ def test_wrong_inputs_to_a_models_forward_are_one_clear_exception():
                                                            n_layer=1)),
               BertForMaskedLM(BertConfig(n_token=20, d_model=8, n_head=2, d_inner=16, n_layer=1, max_position=16)),
               XLNetLMHeadModel(XLNetConfig(n_token=20, d_model=8, n_head=2, d_head=4, d_inner=16, n_layer=1)),
-              GPTLMHeadModel(GPTConfig(n_token=20, d_model=8, n_head=2, d_inner=16, n_layer=1, max_position=16))]
+              GPTLMHeadModel(GPTConfig(n_token=20, d_model=8, n_head=2, d_inner=16, n_layer=1, max_position=16)),
+              LSTMLMHeadModel(LSTMLMConfig(n_token=20, d_model=8, d_hidden=8, max_position=16))]
     for model in models:
         with pytest.raises(TypeError, match="input_ids must be a torch tensor of token ids.*got list"):
             model([[1, 2, 3]])
@@ -420,6 +422,8 @@ def test_wrong_inputs_to_a_models_forward_are_one_clear_exception():
     for model in models[:3]:
         with pytest.raises(ValueError, match=r"input_ids must be \[b, t\], got shape \(2, 3, 4\)"):
             model(torch.ones(2, 3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"input_ids must be \[\.\.\., t\], got shape \(\)"):
+        models[-1](torch.tensor(3))
 
 
 def test_a_checkpoint_of_another_architecture_is_named_with_its_article(tmp_path, capsys):

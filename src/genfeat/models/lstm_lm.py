@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import Config
-from ..nn.adaptive import check_ids
+from ..nn.adaptive import check_ids, check_token_input
 from .gpt import GPTLMHeadModel
 
 
@@ -160,6 +160,7 @@ class LSTMLMHeadModel(nn.Module):
         [..., t, V + S], target_log_probs [..., t].
         """
         cfg = self.config
+        check_token_input(input_ids, "input_ids", "[..., t]")
         shape, t = input_ids.shape, input_ids.shape[-1]
         if t > cfg.max_position:
             raise ValueError(f"input of {t} tokens is longer than the model's max_position {cfg.max_position}: "

@@ -155,15 +155,17 @@ def full_target_log_prob(hidden: Tensor, weight: Tensor, target: Tensor, bias: T
 
 def check_token_input(ids: Tensor, what: str, dims: str | None = None) -> None:
     """Raise TypeError for ``ids`` that are not an integer tensor, ValueError for one of another rank than ``dims``
-    (``"[b, t]"``: 2; None: any): a list, float ids or another rank otherwise fail deep inside the model, in
-    torch's words (no attribute 'shape', "expected ... Long", "too many values to unpack")."""
+    (``"[b, t]"``: 2; ``"[..., t]"``: 1 or more; None: any): a list, float ids or another rank otherwise fail deep
+    inside the model, in torch's words (no attribute 'shape', "expected ... Long", "too many values to unpack")."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"{what} must be a torch tensor of token ids{' ' + dims if dims else ''}, got "
                         f"{type(ids).__name__}")
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise TypeError(f"{what} must hold integer token ids (torch.long), got {ids.dtype}")
-    if dims is not None and ids.dim() != dims.count(",") + 1:
-        raise ValueError(f"{what} must be {dims}, got shape {tuple(ids.shape)}")
+    if dims is not None:
+        named = dims.count(",") + 1 - dims.startswith("[...")   # the axes named besides any leading "..."
+        if ids.dim() < named if dims.startswith("[...") else ids.dim() != named:
+            raise ValueError(f"{what} must be {dims}, got shape {tuple(ids.shape)}")
 
 
 def check_ids(ids: Tensor, n_token: int, what: str) -> None:
