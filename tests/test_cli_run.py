@@ -1,5 +1,5 @@
 """The ``genfeat`` commands on tiny models and corpora written here: several seeds and their resume, refused resume,
-the evaluation options, export round trip, and Ctrl-C."""
+the evaluation options, export round trip, Ctrl-C and SIGTERM."""
 
 import datetime
 import json
@@ -26,6 +26,7 @@ from genfeat.hub import load_checkpoint
 from genfeat.models.transformer_xl import TransformerXLConfig, TransformerXLLMHeadModel
 from genfeat.provenance import invocation
 from genfeat.runner import get_method
+from torchrun_launch import torchrun
 
 TINY_MODEL = "{d_model: 16, n_head: 2, d_head: 8, d_inner: 32, n_layer: 1, mem_len: 8, dropout: 0.0}"
 
@@ -433,32 +434,39 @@ def test_export_genfeat_format_round_trips(relative_checkpoint, tmp_path, capsys
     assert all(torch.equal(a, b) for a, b in zip(got.mems, expected.mems))
 
 
-def test_ctrl_c_exits_130_with_one_line_and_leaves_no_partial_output(tmp_path):
-    # a long run with a checkpoint every step, so the signal most likely lands among the writes
-    recipe = write_recipe(tmp_path, steps=100000, train="{progress: false, log_every: 1, save_every: 1}")
-    out = tmp_path / "out"
+def signal_run(recipe: Path, out: Path, sig: signal.Signals, ready, delay: float, *args: str,
+               launcher: tuple[str, ...] = ()) -> tuple[int, str]:
+    """``genfeat run recipe --out out *args`` in a process (``python *launcher -m genfeat.cli ...``) sent ``sig``
+    ``delay`` seconds after ``ready()`` holds: its exit status and stderr."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # SIGINT back to its default in the child: a shell running the tests in the background ignores it,
     # and Python then keeps ignoring it instead of raising KeyboardInterrupt
-    proc = subprocess.Popen([sys.executable, "-m", "genfeat.cli", "run", str(recipe), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, *launcher, "-m", "genfeat.cli", "run", str(recipe), "--out", str(out),
+                             *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
-        while not (out / "last").is_dir() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-        assert (out / "last").is_dir(), "the run never wrote its first checkpoint"
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        while not ready() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        assert ready(), "the run never wrote what the signal waits for"
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr
+    return proc.returncode, stderr
+
+
+def assert_one_line(stderr: str, start: str) -> None:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    assert lines[0].startswith("interrupted") and "--resume" in lines[0]
-    # a temporary file or directory is a write the signal cut short; a backup (.last.old) is complete
+    assert lines[0].startswith(start) and "--resume" in lines[0], stderr
+
+
+def assert_complete(out: Path) -> None:
+    """No temporary file or directory (a write the signal cut short) in OUT, and its checkpoint loads whole."""
     leftovers = [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == [], f"half-written output left behind: {leftovers}"
     # what is there is complete: the checkpoint (or, cut between its two renames, its backup) loads whole
@@ -468,6 +476,53 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_no_partial_output(tmp_path):
     assert state["global_step"] >= 1 and len(vocab) == model.config.n_token
     records = (out / "metrics.jsonl").read_text().splitlines()
     assert len(records) >= state["global_step"] and all(json.loads(line)["step"] for line in records)
+
+
+def test_ctrl_c_exits_130_with_one_line_and_leaves_no_partial_output(tmp_path):
+    # a long run with a checkpoint every step, so the signal most likely lands among the writes
+    recipe = write_recipe(tmp_path, steps=100000, train="{progress: false, log_every: 1, save_every: 1}")
+    out = tmp_path / "out"
+    rc, stderr = signal_run(recipe, out, signal.SIGINT, (out / "last").is_dir, 0.3)
+    assert rc == 130, stderr
+    assert_one_line(stderr, "interrupted")
+    assert_complete(out)
+
+
+@pytest.mark.parametrize("when", ["set aside", "checkpointed"])
+def test_sigterm_unwinds_as_ctrl_c_does_and_settles_an_overwrite(when, tmp_path, capsys):
+    """SIGTERM (a scheduler's stop, timeout's, kill's) to ``run --overwrite`` over a finished run: exit status 143 and
+    one line, as Ctrl-C's; no temporary file, and no OUT/.replaced left for the next invocation: the old run is back
+    (signalled as soon as it was set aside, most likely before the new run wrote anything) or replaced (signalled
+    once the new run wrote a checkpoint)."""
+    out = tmp_path / "out"
+    assert run_cli(capsys, "run", write_recipe(tmp_path), "--out", out, "--no-progress")[0] == 0
+    old = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "provenance.json"}
+    recipe = write_recipe(tmp_path, steps=100000, train="{progress: false, log_every: 1, save_every: 1}")
+    if when == "set aside":
+        ready, delay = (out / ".replaced").is_dir, 0.0
+    else:   # the old last/ moved aside, and the new run's in its place
+        ready, delay = lambda: (out / ".replaced" / "last").is_dir() and (out / "last").is_dir(), 0.3
+    rc, stderr = signal_run(recipe, out, signal.SIGTERM, ready, delay, "--overwrite")
+    assert rc == 143, stderr
+    assert_one_line(stderr, "terminated (SIGTERM)")
+    assert not (out / ".replaced").exists()
+    now = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "provenance.json"}
+    if now == old:   # put back: the new run had written nothing
+        assert when == "set aside"
+        return
+    assert not (out / "results.json").exists() and not (out / "final").exists(), "the old run is replaced whole"
+    assert_complete(out)
+
+
+def test_sigterm_to_torchrun_ends_every_rank_in_order(tmp_path):
+    """torchrun passes SIGTERM on to its ranks: each unwinds and says so in one line (torchrun's own report of the
+    signal follows), none waits on the other in a collective, and OUT is left complete."""
+    recipe = write_recipe(tmp_path, steps=100000, train="{progress: false, log_every: 1, save_every: 1}")
+    out = tmp_path / "out"
+    _, stderr = signal_run(recipe, out, signal.SIGTERM, (out / "last").is_dir, 0.3, launcher=tuple(torchrun(2)))
+    assert sum(line.startswith("terminated (SIGTERM) (outputs written") for line in stderr.splitlines()) == 2, stderr
+    assert "gloo" not in stderr and "RuntimeError" not in stderr, stderr
+    assert_complete(out)
 
 
 def test_evaluate_reports_and_warns_about_text_outside_the_vocabulary(tmp_path, capsys):

@@ -25,6 +25,7 @@ from genfeat.eval.word_vectors import nearest_neighbours
 from genfeat.models.word2vec import Word2Vec, Word2VecConfig, load_word2vec_format, save_word2vec_format
 from genfeat.objectives.word2vec import (WindowSampler, Word2VecObjective, huffman_tree, keep_probability,
                                          noise_distribution)
+from genfeat.signals import sigterm_interrupts
 
 
 def _random_model(arch, v=12, d=6, seed=0, output="negative", sparse=False):
@@ -388,14 +389,15 @@ def test_hogwild_workers_share_the_vectors():
     assert within_b > 0.9, float(within_b)
 
 
-@pytest.mark.parametrize("ending", ["killed", "raised", "done", "late"])
+@pytest.mark.parametrize("ending", ["killed", "terminated", "raised", "done", "late"])
 def test_hogwild_worker_failure_stops_the_run_at_once(ending, tmp_path, monkeypatch):
-    """3 processes, shares of about 100 steps. killed / raised: worker 1 ends (SIGKILL, an exception) before share 0's
-    first step (the parent waits for it, so the order is certain): the run stops after that step with one error line
-    naming the worker, its share and the cause; worker 2, sleeping through its share, is terminated; no worker process
-    is left; OUT holds only the metrics log so far. done: workers that finish their shares early are no failure.
-    late: worker 2 fails once share 0 has ended (OUT holds its ``last``), while worker 1 still sleeps: the wait for the
-    workers ends at once with worker 2's error, and worker 1 is terminated."""
+    """3 processes, shares of about 100 steps, run as the command line runs them (SIGTERM raising in the parent, a
+    handler the forked workers inherit). killed / terminated / raised: worker 1 ends (SIGKILL, SIGTERM, an exception)
+    before share 0's first step (the parent waits for it, so the order is certain): the run stops after that step
+    with one error line naming the worker, its share and the cause; worker 2, sleeping through its share, is
+    terminated; no worker process is left; OUT holds only the metrics log so far. done: workers that finish their
+    shares early are no failure. late: worker 2 fails once share 0 has ended (OUT holds its ``last``), while worker 1
+    still sleeps: the wait for the workers ends at once with worker 2's error, and worker 1 is terminated."""
     parent, taken, workers = os.getpid(), [], []
     train_share, step = w2v_method._train_share, Trainer._step
     share0_done = tmp_path / "share0_done"
@@ -404,6 +406,8 @@ def test_hogwild_worker_failure_stops_the_run_at_once(ending, tmp_path, monkeypa
         worker = {"word2vec-worker-1": 1, "word2vec-worker-2": 2}.get(multiprocessing.current_process().name)
         if (worker, ending) == (1, "killed"):
             os.kill(os.getpid(), signal.SIGKILL)
+        if (worker, ending) == (1, "terminated"):
+            os.kill(os.getpid(), signal.SIGTERM)
         if (worker, ending) == (1, "raised"):
             raise DataError("worker broke\n" + "x" * 100_000, "nothing")  # one line, cut short (more than a pipe holds)
         if (worker, ending) == (2, "late"):
@@ -437,14 +441,16 @@ def test_hogwild_worker_failure_stops_the_run_at_once(ending, tmp_path, monkeypa
                          workers=3, similarity_file="", analogy_file="")
     out = tmp_path / "out"
     if ending == "done":
-        figures = w2v_method.run(cfg, seed=0, out_dir=out, progress=False)
+        with sigterm_interrupts():
+            figures = w2v_method.run(cfg, seed=0, out_dir=out, progress=False)
         last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
         assert last["phase_step"] == len(taken) > 90 and figures["steps"] > 3 * 90  # share 0 to its end
         assert {"final", "vectors.bin", "results.json"} <= set(os.listdir(out))
         return
-    with pytest.raises(GenfeatError) as error:
+    with pytest.raises(GenfeatError) as error, sigterm_interrupts():
         w2v_method.run(cfg, seed=0, out_dir=out, progress=False)
     failed, cause = {"killed": (1, r"was killed by signal 9 \(SIGKILL: most likely out of memory\)"),
+                     "terminated": (1, r"was killed by signal 15"),
                      "raised": (1, r"raised DataError: worker broke x{1900,1999}"),
                      "late": (2, r"raised DataError: worker broke late\. fix: nothing")}[ending]
     assert re.fullmatch(rf"a word2vec worker process failed: word2vec-worker-{failed} \(share {failed} of shares 0-2: "

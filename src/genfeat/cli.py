@@ -642,14 +642,17 @@ def main(argv: list[str] | None = None) -> int:
         command = " ".join(c for c in (args.command, getattr(args, "tokenizer_command", None)) if c)
         parser.prog = f"genfeat {command}"
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    from .signals import Terminated, sigterm_interrupts
+
     ok = False
     try:
-        args.fn(args, extra)
-        ok = True
-        if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group,
-            from .framework.distributed import leave_distributed  # which the ranks leave together (not after an
+        with sigterm_interrupts():  # SIGTERM (a scheduler's, timeout's, kill's, torchrun's) unwinds as Ctrl-C does
+            args.fn(args, extra)
+            ok = True
+            if "torch.distributed" in sys.modules:  # torch is loaded: the command may have joined a process group,
+                from .framework.distributed import leave_distributed  # which the ranks leave together (not after
 
-            leave_distributed()  # error, where a barrier would wait for a failed rank)
+                leave_distributed()  # an error, where a barrier would wait for a failed rank)
     except GenfeatError as e:
         if args.debug:
             raise
@@ -669,13 +672,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {_path_error(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # outputs are written atomically, so what the interrupted command left is complete
         hint = (" (outputs written so far are complete; where the run saved a checkpoint, every train.save_every "
                 "steps (save_every in word2vec and Planetoid recipes), the same command with --resume continues "
                 "from it)") if args.command == "run" else ""
-        print(f"interrupted{hint}", file=sys.stderr)
-        return 130
+        terminated = isinstance(e, Terminated)
+        print(f"{'terminated (SIGTERM)' if terminated else 'interrupted'}{hint}", file=sys.stderr)
+        return 143 if terminated else 130   # a shell's 128 + the signal
     finally:
         if not ok and "torch.distributed" in sys.modules:  # after an error too, no DDP reducer may outlive it
             from .framework.distributed import free_reducers

@@ -26,10 +26,8 @@ import os
 import pkgutil
 import re
 import shutil
-import signal
 import statistics
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +37,7 @@ from .config import apply_overrides, dotted, from_dict, load_yaml, to_dict
 from .errors import CheckpointError, ConfigError, GenfeatError, with_article
 from .io import backup_path, check_output_path
 from .provenance import PROVENANCE, invocation, recording
+from .signals import interrupts_held
 
 Runner = Callable[..., dict[str, float]]
 
@@ -356,18 +355,13 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
 
 
 def _put_back(out: Path, aside: Path) -> None:
-    """Move what ``aside`` holds back into ``out`` (its provenance record over the one there), Ctrl-C held off for
-    the few renames, so that a run is never left half here, half there."""
-    main = threading.current_thread() is threading.main_thread()
-    held = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
+    """Move what ``aside`` holds back into ``out`` (its provenance record over the one there), Ctrl-C and SIGTERM
+    held off for the few renames, so that a run is never left half here, half there."""
+    with interrupts_held():
         for p in aside.iterdir():
             if p.name == PROVENANCE or not (out / p.name).exists():
                 p.replace(out / p.name)
         shutil.rmtree(aside, ignore_errors=True)
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, held)
 
 
 SETUP_OUTPUTS = ("tokenizer",)
@@ -392,9 +386,9 @@ def _settle_replaced(out: Path, aside: Path | None, kept: set[str], failed: bool
 
 
 def _recover_replaced(out: Path) -> None:
-    """Settle an OUT/.replaced that an ``--overwrite`` invocation killed outright (SIGKILL, SIGTERM) left: the run it
-    set aside goes back when OUT holds no run outputs (the killed run wrote none), else it had been replaced and is
-    removed; a note on stderr says which."""
+    """Settle an OUT/.replaced that an ``--overwrite`` invocation killed outright (SIGKILL; SIGTERM outside the
+    command line) left: the run it set aside goes back when OUT holds no run outputs (the killed run wrote none), else
+    it had been replaced and is removed; a note on stderr says which."""
     aside = out / REPLACED
     if os.environ.get("RANK", "0") != "0" or not aside.is_dir():
         return
