@@ -476,10 +476,11 @@ def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowerca
     is written into OUT).
 
     Under torchrun only rank 0 trains (training is deterministic, but one writer of OUT/tokenizer spares the
-    other ranks the work and any race on the folder); the others wait for it and read OUT/tokenizer. This joins
+    other ranks the work and any race on the folder); the others wait for it and read OUT/tokenizer, or, where
+    it failed, raise a GenfeatError saying so (:func:`~genfeat.framework.distributed.on_rank_0`). This joins
     the process group early, with the backend of ``train_device`` (the recipe's train.device).
     """
-    from ..framework.distributed import init_distributed
+    from ..framework.distributed import init_distributed, on_rank_0
     from ..framework.trainer import resolve_device
     from .tokenizers import TokenizerConfig, load_tokenizer
 
@@ -493,12 +494,9 @@ def document_tokenizer(docs: list[Document], kind: str, vocab_size: int, lowerca
         if out_dir is None:
             raise ConfigError("a tokenizer trained under torchrun must be shared through OUT/tokenizer, and no "
                               "--out is given", "pass --out DIR, or data.tokenizer (a trained tokenizer folder)")
-        import torch.distributed
-
-        if dist.is_main:
-            _train_on(docs, cfg, out_dir)
-        torch.distributed.barrier()
-        return load_tokenizer(Path(out_dir) / "tokenizer")
+        where = Path(out_dir) / "tokenizer"
+        on_rank_0(lambda: _train_on(docs, cfg, out_dir), f"failed to train the tokenizer into '{where}'", dist)
+        return load_tokenizer(where)
     return _train_on(docs, cfg, None if resume else out_dir)
 
 

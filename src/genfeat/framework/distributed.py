@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import gc
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
+from ..errors import ConfigError, GenfeatError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -52,6 +57,34 @@ def init_distributed(device: torch.device) -> DistInfo:
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
     return DistInfo(rank=rank, world=world, local_rank=local_rank)
+
+
+def on_rank_0(work: Callable[[], T], what: str, info: DistInfo) -> T | None:
+    """Run ``work`` on rank 0 alone while the other ranks wait for its outcome (they return None), for what rank 0
+    writes into OUT and the others read next.
+
+    Rank 0 shares whether ``work`` succeeded, an interrupt or any error too, before it raises that error; a barrier
+    would leave the waiting ranks with a gloo error (connection closed) once rank 0 has exited.
+
+    Args:
+        what: the work, for the other ranks' error: ``failed to train the tokenizer into 'OUT/tokenizer'``.
+    Raises:
+        GenfeatError: on the other ranks, when ``work`` failed on rank 0.
+    """
+    failed = torch.zeros(1)
+    try:
+        result = work() if info.is_main else None
+    except BaseException:
+        failed.fill_(1)
+        with contextlib.suppress(RuntimeError):  # a rank already gone: rank 0's own error is the one to report
+            dist.broadcast(failed, src=0)
+        raise
+    dist.broadcast(failed, src=0)
+    if failed.item():
+        raise GenfeatError(f"rank 0 of {info.world} {what}, which rank {info.rank} waits for",
+                           "fix the cause of the error rank 0 printed on its stderr (torchrun's, where no --redirects "
+                           "sent it to a log)")
+    return result
 
 
 def leave_distributed() -> None:

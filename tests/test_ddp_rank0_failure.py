@@ -1,0 +1,39 @@
+"""What rank 0 alone writes while the other ranks wait for it (the tokenizer a pretraining run trains into
+OUT/tokenizer): when it fails, every rank ends with one error line, not the waiting ranks with a gloo traceback
+(connection closed). The two ranks are started as torchrun starts them, each on its own, so that each one's exit
+status and stderr are its own."""
+
+import os
+import sys
+
+from torchrun_launch import launch_ranks
+
+
+def run_two_ranks(args: list[str]) -> list[str]:
+    """``python args`` as 2 ranks, each expected to end with status 2 and one error line: those lines."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    lines = []
+    for rank, proc in enumerate(launch_ranks(args, 2, env, timeout=120)):
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (rank, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stderr.startswith("error: "), (rank, proc.stderr)
+        lines.append(proc.stderr.strip())
+    return lines
+
+
+def test_a_tokenizer_rank_0_fails_to_train_ends_every_rank_with_one_line(tmp_path):
+    (tmp_path / "text.txt").write_text("The cat sat on the mat. A dog ran after it.\n\nThe mat was red.\n" * 20)
+    recipe = tmp_path / "bert.yaml"
+    # a WordPiece vocabulary far larger than the few words of the text can fill
+    recipe.write_text(f"""method: bert
+data: {{train_text: {tmp_path / 'text.txt'}, valid_text: {tmp_path / 'text.txt'}, vocab_size: 5000, seq_len: 16,
+       batch_size: 2, valid_examples: 2}}
+model: {{d_model: 8, n_layer: 1, n_head: 2, d_inner: 16, max_position: 16}}
+train: {{progress: false}}
+steps: 1
+""")
+    out = tmp_path / "out"
+    rank0, rank1 = run_two_ranks(["-m", "genfeat.cli", "run", str(recipe), "--out", str(out)])
+    assert "fewer than data.vocab_size 5000" in rank0
+    assert rank1.startswith(f"error: rank 0 of 2 failed to train the tokenizer into '{out / 'tokenizer'}', which "
+                            "rank 1 waits for. fix: "), rank1
+    assert not (out / "tokenizer").exists()
