@@ -1,12 +1,27 @@
 """What rank 0 alone writes while the other ranks wait for it (the tokenizer a pretraining run trains into
-OUT/tokenizer): when it fails, every rank ends with one error line, not the waiting ranks with a gloo traceback
-(connection closed). The two ranks are started as torchrun starts them, each on its own, so that each one's exit
-status and stderr are its own."""
+OUT/tokenizer, the final model and figures): when it fails, every rank ends with one error line, not the waiting
+ranks with a gloo traceback (connection closed). The two ranks are started as torchrun starts them, each on its own,
+so that each one's exit status and stderr are its own."""
 
 import os
 import sys
+from pathlib import Path
 
 from torchrun_launch import launch_ranks
+
+# `genfeat` with rank 0's writing of OUT/final refused, as a full disk would refuse it
+REFUSED_FINAL = """import os, sys
+from genfeat import cli
+from genfeat.errors import DataError
+from genfeat.methods import pretraining
+
+def refused(*args, **kwargs):
+    raise DataError("no room for the final model (simulated)", "free some")
+
+if os.environ["RANK"] == "0":
+    pretraining.save_pretrained = refused
+sys.exit(cli.main(sys.argv[1:]))
+"""
 
 
 def run_two_ranks(args: list[str]) -> list[str]:
@@ -37,3 +52,23 @@ steps: 1
     assert rank1.startswith(f"error: rank 0 of 2 failed to train the tokenizer into '{out / 'tokenizer'}', which "
                             "rank 1 waits for. fix: "), rank1
     assert not (out / "tokenizer").exists()
+
+
+def test_rank_0_failing_to_write_the_final_model_ends_every_rank_with_one_line(tmp_path):
+    (tmp_path / "corpus.txt").write_text("abc defg hij klmno pq rst " * 60 + "\n")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"""method: transformer_xl
+data: {{corpus: {tmp_path / 'corpus.txt'}, vocab: {{kind: char}}, holdout: 0.1, test_split: null, batch_size: 4,
+       tgt_len: 8}}
+model: {{d_model: 16, n_head: 2, d_head: 8, d_inner: 32, n_layer: 1, mem_len: 8, dropout: 0.0}}
+optim: {{name: adam, lr: 1.0e-2}}
+train: {{progress: false, ddp_find_unused_parameters: false}}
+eval: {{batch_size: 2}}
+steps: 1
+""")
+    out = tmp_path / "out"
+    rank0, rank1 = run_two_ranks(["-c", REFUSED_FINAL, "run", str(recipe), "--out", str(out)])
+    assert "no room for the final model (simulated)" in rank0
+    assert rank1.startswith(f"error: rank 0 of 2 failed to write the final model and figures into '{out}', which "
+                            "rank 1 waits for. fix: "), rank1
+    assert not Path(out / "results.json").exists()

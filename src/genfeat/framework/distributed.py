@@ -61,7 +61,7 @@ def init_distributed(device: torch.device) -> DistInfo:
 
 def on_rank_0(work: Callable[[], T], what: str, info: DistInfo) -> T | None:
     """Run ``work`` on rank 0 alone while the other ranks wait for its outcome (they return None), for what rank 0
-    writes into OUT and the others read next.
+    writes into OUT and the others read next or must not end before (one process: ``work()``).
 
     Rank 0 shares whether ``work`` succeeded, an interrupt or any error too, before it raises that error; a barrier
     would leave the waiting ranks with a gloo error (connection closed) once rank 0 has exited.
@@ -71,6 +71,8 @@ def on_rank_0(work: Callable[[], T], what: str, info: DistInfo) -> T | None:
     Raises:
         GenfeatError: on the other ranks, when ``work`` failed on rank 0.
     """
+    if not info.enabled:
+        return work()
     failed = torch.zeros(1)
     try:
         result = work() if info.is_main else None

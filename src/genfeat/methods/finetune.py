@@ -109,6 +109,7 @@ from ..errors import CheckpointError, ConfigError, with_article
 from ..eval.metrics import CORRELATION_METRICS
 from ..framework import OptimConfig, Term, TrainConfig, Trainer, joint, seed_everything
 from ..framework.checkpoint import has_checkpoint, resume_dir
+from ..framework.distributed import on_rank_0
 from ..framework.stream import derived_seed
 from ..framework.trainer import to_device
 from ..hub import (ARCHITECTURES, VOCAB_FILE, VOCAB_FINGERPRINT, architecture_of, build_model, check_model_fields,
@@ -720,9 +721,8 @@ def pretrain_first(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, prog
             check_resume_method(method, where)
         if os.environ.get("RANK", "0") == "0":     # under torchrun rank 0 alone writes OUT (runner._check_run_dir)
             write_json_atomic(stage_file, wanted)
+        # every rank returns once rank 0 has written OUT/pretrain/final, which they read next (train_and_save)
         figures = method.run(pre_cfg, seed=seed, out_dir=where, progress=progress, resume=resume)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.barrier()                 # rank 0 wrote OUT/pretrain/final, which every rank reads next
     figures = {k if k == "interrupted" else f"pretrain_{k}": v for k, v in figures.items()}
     return replace(cfg, init=str(where / "final"), pretrain=None), figures
 
@@ -803,9 +803,13 @@ def run(cfg: FineTuneRecipe, *, seed: int, out_dir: Path | None, progress: bool 
         test_items, test_cut = encode_items(test_ex, spec, encoder, model.config, d.test_split)
         figures.update({"test_examples": len(test_ex), "test_truncated": test_cut,
                         **evaluate(model, test_ex, test_items, "test")})
-    if out_dir is not None and trainer.dist.is_main:
+
+    def save() -> None:
         save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
         write_results(out_dir, figures)
+
+    if out_dir is not None:   # under torchrun rank 0 writes, and every rank returns once it has
+        on_rank_0(save, f"failed to write the fine-tuned model and figures into '{out_dir}'", trainer.dist)
     return figures
 
 

@@ -85,7 +85,7 @@ from ..errors import CheckpointError, ConfigError, DataError, with_article
 from ..eval.metrics import squad_scores
 from ..framework import OptimConfig, TrainConfig, Trainer
 from ..framework.checkpoint import load_trainer_state, read_config, resume_dir, save_checkpoint
-from ..framework.distributed import refuse_several_processes
+from ..framework.distributed import on_rank_0, refuse_several_processes
 from ..framework.schedule import OptimSpec, Phase, Stage, Term
 from ..hub import VOCAB_FILE, architecture_of, checkpoint_config, load_checkpoint
 from ..io import write_results
@@ -501,12 +501,16 @@ def run(cfg: GDANRecipe, *, seed: int, out_dir: Path | None, progress: bool = Tr
     figures = {"test_f1": test_scores["f1"], "test_em": test_scores["em"], "dev_f1": dev_scores["f1"],
                "dev_em": dev_scores["em"], "labelled": len(data.labelled), "unlabelled_questions": n_unl,
                "vocab": len(vocab), **steps, "train_seconds": seconds}
-    if out is not None and trainer.dist.is_main:
+
+    def save() -> None:
         for name, module in model.items():
             module_vocab = d_vocab if name == "d" else vocab
             save_checkpoint(out / "final" / name, module, None, checkpoint_config(module, **recipe_record(cfg), **chunker),
                             lambda folder, v=module_vocab: v.save(Path(folder) / VOCAB_FILE))
         write_results(out, figures)
+
+    if out is not None:   # under torchrun rank 0 writes, and every rank returns once it has
+        on_rank_0(save, f"failed to write the final models and figures into '{out}'", trainer.dist)
     return figures
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..framework import Trainer, one_phase
+from ..framework.distributed import on_rank_0
 from ..framework.objective import Objective
 from ..hub import VOCAB_FILE, checkpoint_config, save_pretrained
 from ..io import write_results
@@ -54,9 +55,13 @@ def train_and_save(cfg: Any, model: nn.Module, objective: Objective, stream: Any
         scored = final(model)
     figures: dict[str, float] = {"steps": result.steps, "train_seconds": train_seconds,
                                  "params": sum(p.numel() for p in model.parameters()), **sizes, **scored}
-    if out_dir is not None and trainer.dist.is_main:
+
+    def save() -> None:
         save_pretrained(model, Path(out_dir) / "final", vocab, record=record)
         write_results(out_dir, figures)
         if on_saved is not None:
             on_saved(Path(out_dir))
+
+    if out_dir is not None:   # under torchrun rank 0 writes, and every rank returns once it has
+        on_rank_0(save, f"failed to write the final model and figures into '{out_dir}'", trainer.dist)
     return figures
