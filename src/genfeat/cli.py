@@ -11,7 +11,8 @@ in a word2vec checkpoint).
 Every command that reports figures has ``--json``: its last stdout line is one JSON object.
 Errors a user can cause print one line ``error: <cause>. fix: <fix>`` and exit with status 2, as do
 argument errors and, behind the commands' own checks of their output paths, an OSError on a path;
-``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130, SIGTERM (a scheduler's, `timeout`'s) likewise with 143.
+``--debug`` shows the traceback instead. Ctrl-C prints one line and exits with status 130, SIGTERM (a
+scheduler's, ``timeout``'s) likewise with 143.
 ``run`` refuses an OUT that holds a run or other files unless given ``--resume`` or ``--overwrite``.
 """
 
