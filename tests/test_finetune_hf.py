@@ -452,7 +452,7 @@ def test_an_export_transformers_reads_otherwise_says_so_and_an_export_onto_its_c
     capsys.readouterr()
     assert cli.main(["export", "--checkpoint", str(tmp_path / "ours"), "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert "note: the model adds the states of both orders of a stsb pair" in err and "transformers' task model " \
+    assert "note: the model adds the states of both orders of each stsb pair" in err and "transformers' task model " \
         "reads one order" in err
     assert from_pretrained(tmp_path / "out").config.both_orders
     from genfeat.interop.hf_finetune import read_differently

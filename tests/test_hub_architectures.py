@@ -172,6 +172,7 @@ def test_a_config_json_of_the_wrong_shape_is_one_checkpoint_error(tmp_path):
     for content, match in (([1, 2], "holds an array, not a JSON object"), ("x", "holds a string"), (None, "holds null"),
                            ({**good, "model": [1]}, "config section 'model' is a list"),
                            ({**good, "model": "x"}, "config section 'model' is a str"),
+                           ({**good, "model": 8}, "config section 'model' is an int"),
                            ({**good, "architecture": ["pixelcnn"]}, r"gives architecture \['pixelcnn'\], not a name"),
                            ({"architectures": 5, "model_type": ["bert"]}, "names neither a genfeat architecture")):
         (tmp_path / "m" / "config.json").write_text(json.dumps(content))

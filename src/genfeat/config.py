@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, with_article
 
 T = TypeVar("T")
 
@@ -130,7 +130,7 @@ def _coerce(value: Any, tp: Any, path: str, default: Any = None) -> Any:
         return value
     if isinstance(tp, type) and not isinstance(value, tp):
         raise ConfigError(f"config field '{path}' has value {value!r}, expected {_type_name(tp)}",
-                          f"set '{path}' to a {_type_name(tp)}")
+                          f"set '{path}' to {with_article(_type_name(tp))}")
     return value
 
 
@@ -215,7 +215,7 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, path: str = "", base: A
             it), a wrong type, or a value rejected by the class's ``__post_init__``.
     """
     if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"config section '{path or cls.__name__}' is a {type(data).__name__} ({data!r:.40}), "
+        raise ConfigError(f"config section '{path or cls.__name__}' is {with_article(type(data).__name__)} ({data!r:.40}), "
                           "not a mapping of fields", f"write '{path or cls.__name__}' as field: value pairs")
     data = dict(data or {})
     hints = _hints(cls)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import DataError
+from ..errors import DataError, with_article
 from .registry import DatasetSpec, FileSpec, register, resolve
 
 PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
@@ -180,7 +180,7 @@ def _adjacency_entries(graph: dict, where: str) -> list[tuple[int, int]]:
                             f"{neighbours!r:.40}, not a list", "use the original graph file")
         for nb in (node, *neighbours):
             if not isinstance(nb, (int, np.integer)):
-                raise DataError(f"'{where}': the graph lists the node {nb!r}, a {type(nb).__name__}, not an integer id",
+                raise DataError(f"'{where}': the graph lists the node {nb!r}, {with_article(type(nb).__name__)}, not an integer id",
                                 "use the original graph file")
         entries += [(int(node), int(nb)) for nb in neighbours]
     if not entries:

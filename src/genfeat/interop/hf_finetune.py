@@ -164,7 +164,7 @@ def read_differently(model: FineTuneModel) -> list[str]:
     cfg, notes = model.config, []
     spec = TASKS.get(cfg.task)
     if cfg.both_orders and spec is not None and spec.transform == "similarity":
-        notes.append(f"the model adds the states of both orders of a {cfg.task} pair (both_orders); transformers' "
+        notes.append(f"the model adds the states of both orders of each {cfg.task} pair (both_orders); transformers' "
                      "task model reads one order, so its scores differ from genfeat's")
     if cfg.max_segments > 1:
         notes.append(f"the model reads texts longer than {cfg.max_len} tokens as up to {cfg.max_segments} segments, "

@@ -25,7 +25,7 @@ import tarfile
 from pathlib import Path
 
 from ..data.registry import data_root, get_dataset, resolve, root_origin
-from ..errors import DataError
+from ..errors import DataError, with_article
 from .catalog import check_imdb_reviews, get_task
 from .spec import Example, TaskSpec
 
@@ -165,7 +165,7 @@ def _race_passage(spec: TaskSpec, raw: bytes, where: str, uid: str) -> list[Exam
                         "each file must be one JSON object with article, questions, options, answers") from None
     for name, value in (("questions", questions), ("options", options), ("answers", answers)):
         if not isinstance(value, list):   # a string would be read letter by letter
-            raise DataError(f"{where}: {name} is a {type(value).__name__}, not a list",
+            raise DataError(f"{where}: {name} is {with_article(type(value).__name__)}, not a list",
                             "give questions, options and answers as JSON lists, one entry per question")
     if not (len(questions) == len(options) == len(answers)):
         raise DataError(f"{where} has {len(questions)} questions, {len(options)} option lists and "
@@ -174,7 +174,7 @@ def _race_passage(spec: TaskSpec, raw: bytes, where: str, uid: str) -> list[Exam
     out = []
     for i, (q, opts, a) in enumerate(zip(questions, options, answers)):
         if not isinstance(opts, list):
-            raise DataError(f"{where} question {i}: its options are a {type(opts).__name__}, not a list",
+            raise DataError(f"{where} question {i}: its options are {with_article(type(opts).__name__)}, not a list",
                             "give every question its four options as a JSON list of strings")
         _text(q, f"{where} question {i}", "question")
         if len(opts) != len(spec.labels):
