@@ -5,9 +5,9 @@ Present in ``shared/data`` (sha256s from its PROVENANCE.md files): GLUE CoLA, SS
 STS-B, WNLI (train/dev/test; the test files have no labels), IMDB (25k train + 25k test reviews),
 RACE, SQuAD v1.1 dev, AG News test. Declared for users who download them: MNLI, QNLI, QQP, AG News
 train, SQuAD v1.1 train and SQuAD v2.0. Where no sha256 is established the declaration carries the
-digest that is known (SQuAD's SHA-1s from GluonNLP's registry, the git blob ids of the official
-SQuAD-explorer tree) or none at all (MNLI, QNLI, QQP, AG News train): the registry then checks
-nothing, as :func:`genfeat.data.registry.verify` documents.
+digest that is known (SQuAD v1.1 train's and v2.0's SHA-1s from GluonNLP's registry) or none at all
+(MNLI, QNLI, QQP, AG News train, whose URL names a repository's moving ``master`` branch): the registry
+then checks nothing, as :func:`genfeat.data.registry.verify` documents.
 """
 
 from __future__ import annotations
