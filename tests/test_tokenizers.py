@@ -243,3 +243,28 @@ def test_training_is_a_function_of_the_corpus_across_processes(tmp_path, kind):
                        check=True, capture_output=True)
         files.append((tmp_path / run / "tokenizer.json").read_bytes())
     assert files[0] == files[1]
+
+
+def test_a_tokenizer_json_the_installed_tokenizers_cannot_read_says_to_install_the_release_that_wrote_it(tmp_path):
+    """A tokenizer.json of the tokenizers layout whose parts the installed release does not know (transformers 5
+    saves XLNet's with a Metaspace pre-tokenizer that tokenizers 0.15 cannot read) names the installed version and
+    the fix, a release that reads it; other broken JSON stays 'not a tokenizers JSON file'."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from genfeat.data.vocab import BPEVocab
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    layout = json.loads(tok.to_str())
+    layout["pre_tokenizer"] = {"type": "PreTokenizerOfALaterRelease", "split": True}
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(layout))
+    with pytest.raises(DataError, match=r"the installed tokenizers [0-9.]+ cannot read it, though it is a tokenizers "
+                                        r"JSON file .*fix: install the tokenizers release that wrote the file"):
+        load_tokenizer(folder)
+    with pytest.raises(ConfigError, match="fix: install the tokenizers release that wrote the file"):
+        BPEVocab.from_file(folder / "tokenizer.json")
+    (folder / "tokenizer.json").write_text(json.dumps({"model": 1}))
+    with pytest.raises(DataError, match="not a tokenizers JSON file.*fix: pass a folder written by"):
+        load_tokenizer(folder)

@@ -387,7 +387,7 @@ def load_tokenizer(path: str | Path, hf_model: bool = False) -> Vocab:
     ``do_lower_case``, ``remove_space`` and ``keep_accents`` of its tokenizer_config.json, transformers' defaults
     for those it lacks), unless genfeat wrote it for a model of its own (:data:`TEXT_AS_IS`); a tokenizer folder
     genfeat trained reads text as it is."""
-    from .vocab import XLNetText, _tokenizer_from_json
+    from .vocab import NEWER_TOKENIZERS_FIX, TokenizerVersionError, XLNetText, _tokenizer_from_json
 
     path = Path(path)
     config = path / "tokenizer_config.json"
@@ -407,6 +407,8 @@ def load_tokenizer(path: str | Path, hf_model: bool = False) -> Vocab:
             lowercase = settings.get("do_lower_case", True)
             tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
             return BPEVocab(_wordpiece_from_tokens(tokens, lowercase))
+    except TokenizerVersionError as e:
+        raise DataError(f"tokenizer folder '{path}': tokenizer.json cannot be read ({e})", NEWER_TOKENIZERS_FIX) from None
     except (ValueError, RuntimeError, OSError) as e:
         raise DataError(f"tokenizer folder '{path}' cannot be read ({e})",
                         "pass a folder written by 'genfeat tokenizer train' or a Hugging Face tokenizer folder") from None

@@ -202,12 +202,30 @@ def _read_tokenizer_file(path: str | Path, what: str) -> bytes:
     return path.read_bytes()
 
 
+class TokenizerVersionError(ValueError):
+    """A tokenizer.json of the ``tokenizers`` layout that the installed ``tokenizers`` cannot read: most often one
+    a newer release wrote (transformers 5 saves XLNet's tokenizer so), whose pre-tokenizer or model fields the
+    older release does not know."""
+
+
+NEWER_TOKENIZERS_FIX = ("install the tokenizers release that wrote the file, or a newer one (pip install -U tokenizers; "
+                        "transformers 4.37.2, the parity tests' pin, needs tokenizers < 0.19: keep it in another venv, "
+                        "as scripts/setup_hf5.sh does), or save the tokenizer with the tokenizers release installed here")
+
+
 def _tokenizer_from_json(text: str):
-    from tokenizers import Tokenizer
+    import tokenizers
 
     try:
-        return Tokenizer.from_str(text)
+        return tokenizers.Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises plain Exception for malformed JSON and unknown models
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and {"model", "pre_tokenizer", "normalizer"} <= data.keys():
+            raise TokenizerVersionError(f"the installed tokenizers {tokenizers.__version__} cannot read it, though it "
+                                        f"is a tokenizers JSON file (another tokenizers version wrote it?): {e}") from None
         raise ValueError(f"not a tokenizers JSON file: {e}") from None
 
 
@@ -226,6 +244,8 @@ class BPEVocab(Vocab):
         data = _read_tokenizer_file(path, "a tokenizers JSON file (tokenizer.json)")
         try:
             return cls(_tokenizer_from_json(data.decode("utf-8")))
+        except TokenizerVersionError as e:
+            raise ConfigError(f"vocab tokenizer_file '{path}' cannot be read ({e})", NEWER_TOKENIZERS_FIX) from None
         except ValueError as e:  # UnicodeDecodeError is a ValueError too
             raise ConfigError(f"vocab tokenizer_file '{path}' cannot be read ({e})",
                               "pass a file written by tokenizers' Tokenizer.save (tokenizer.json), or use "
@@ -435,6 +455,8 @@ def load_vocab(path: str | Path) -> Vocab:
         if kind == "sentencepiece":
             text = data.get("text")
             return SentencePieceVocab(base64.b64decode(data["model"]), None if text is None else XLNetText(**text))
+    except TokenizerVersionError as e:
+        raise CheckpointError(f"cannot read vocabulary '{path}': its tokenizer ({e})", NEWER_TOKENIZERS_FIX) from None
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         raise CheckpointError(f"cannot read vocabulary '{path}' ({type(e).__name__}: {e})",
                               "the file is corrupt or not a genfeat vocabulary; restore it from the checkpoint") from None
