@@ -10,7 +10,7 @@ import torch
 
 from genfeat import cli
 from genfeat.config import to_dict
-from genfeat.errors import CheckpointError
+from genfeat.errors import CheckpointError, with_article
 from genfeat.framework.checkpoint import save_checkpoint
 from genfeat.runner import _METHODS, _import_methods, check_resume_method, get_method, recipe_record, run_recipe
 
@@ -36,7 +36,7 @@ def test_resume_into_another_methods_run_is_refused_before_any_write(tmp_path, c
     _, err = capsys.readouterr()
     mine = Path(recipe).parent.name
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert f"checkpoint of method {other} (a {arch} model)" in err and f"of method {mine}" in err and "fix:" in err
+    assert f"checkpoint of method {other} ({with_article(arch)} model)" in err and f"of method {mine}" in err and "fix:" in err
     assert sorted(p.name for p in out.rglob("*")) == before
 
 
