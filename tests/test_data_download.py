@@ -165,6 +165,11 @@ def test_offline_refuses_every_download_and_says_where_to_place_the_file(tmp_pat
         assert registry.resolve("served", "f").read_bytes() == CONTENT
         monkeypatch.setenv("GENFEAT_OFFLINE", "1")
         assert registry.resolve("served", "f").read_bytes() == CONTENT, "a file in place is read offline"
+        for name, value in (("GENFEAT_OFFLINE", "true"), ("GENFEAT_DOWNLOAD_TIMEOUT", "soon")):
+            monkeypatch.setenv(name, value)    # refused with the file in place too, not only once one is missing
+            with pytest.raises(ConfigError, match=f"{name} is '{value}'"):
+                registry.resolve("served", "f")
+            monkeypatch.delenv(name)
 
 
 def test_a_download_past_its_deadline_is_abandoned_and_leaves_nothing(tmp_path, monkeypatch):

@@ -131,6 +131,13 @@ def test_toy_graph_builds():
     assert g.num_nodes == 4 and g.num_undirected_edges == 3
 
 
+def test_a_test_node_without_edges_is_a_node_of_the_graph():
+    """The last test node may have an empty adjacency list (an isolated node): it is a node of the graph all the
+    same, not a test id beyond the graph's nodes."""
+    g = build_planetoid("toy", _toy_parts({0: [1], 1: [2], 2: [0], 3: []}))
+    assert g.num_nodes == 4 and g.num_undirected_edges == 3 and list(g.test_idx) == [3]
+
+
 @pytest.mark.parametrize("graph", [{0: [1], 1: [9]}, {0: [1], 9: [0]}], ids=["neighbour", "key"])
 def test_graph_referencing_missing_node(graph):
     # a node beyond the feature rows is refused whether it is listed as a neighbour or as a key

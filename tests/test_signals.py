@@ -1,9 +1,13 @@
-"""SIGTERM as an interrupt inside ``sigterm_interrupts`` (what ``genfeat`` runs its commands in), and the renames
-``interrupts_held`` keeps from either signal. The commands' own exit on SIGTERM: tests/test_cli_run.py; forked
-word2vec workers: tests/test_word2vec.py."""
+"""SIGTERM as an interrupt inside ``sigterm_interrupts`` (what ``genfeat`` runs its commands in), its watchdog for a
+main thread blocked in native code, and the renames ``interrupts_held`` keeps from either signal. The commands' own
+exit on SIGTERM: tests/test_cli_run.py; forked word2vec workers: tests/test_word2vec.py."""
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
@@ -16,24 +20,113 @@ def test_sigterm_raises_terminated_in_the_block_only():
         os.kill(os.getpid(), signal.SIGTERM)
     assert issubclass(Terminated, KeyboardInterrupt), "the cleanup written for Ctrl-C runs for it too"
     assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.set_wakeup_fd(-1) == -1, "the wakeup fd is cleared after the block"
 
 
-def test_an_ignored_sigterm_stays_ignored():
-    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+@pytest.mark.parametrize("host", [signal.SIG_IGN, "handler"])
+def test_a_host_that_ignores_or_handles_sigterm_keeps_doing_so(host):
+    seen = []
+    own = (lambda signum, frame: seen.append(signum)) if host == "handler" else host
+    before = signal.signal(signal.SIGTERM, own)
     try:
         with sigterm_interrupts():
+            assert signal.getsignal(signal.SIGTERM) is own
             os.kill(os.getpid(), signal.SIGTERM)
-            assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert seen == ([signal.SIGTERM] if host == "handler" else [])
     finally:
         signal.signal(signal.SIGTERM, before)
 
 
-def test_interrupts_held_keeps_both_signals_off_the_renames():
+def test_interrupts_held_delivers_both_signals_once_the_renames_are_done():
+    done = []
     with sigterm_interrupts():
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        with interrupts_held():
-            os.kill(os.getpid(), signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(Terminated):
+            with interrupts_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("renamed")          # the held-off signal does not cut the block
+        assert done == ["renamed"]
         assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
-        with pytest.raises(Terminated):   # held off no longer
-            os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("renamed again")
+        assert done == ["renamed", "renamed again"]
+
+
+def _python(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _started(proc: subprocess.Popen) -> None:
+    """Wait for the child's 'ready' line (it has entered the block)."""
+    assert proc.stdout.readline().strip() == "ready"
+
+
+@pytest.mark.parametrize("second", [False, True])
+def test_a_main_thread_blocked_in_native_code_is_ended_by_the_watchdog(second):
+    """os.system is C's system(), which waits for its child without returning to Python on a signal: the handler
+    cannot run, and without the watchdog SIGTERM would wait for the 8 s command. The watchdog ends the process
+    after the grace period (0.5 s here), or at once at a second SIGTERM (grace 60 s)."""
+    proc = _python(f"""
+        import os
+        from genfeat.signals import sigterm_interrupts
+        with sigterm_interrupts(grace={60 if second else 0.5}):
+            print("ready", flush=True)
+            os.system("exec sleep 8 > /dev/null 2>&1")  # no process left holding the pipes
+        print("not ended")
+        """)
+    _started(proc)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    if second:
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 143 and "not ended" not in out
+    assert time.monotonic() - t0 < 5
+    why = "a second SIGTERM" if second else "the command did not stop within 0.5 s"
+    assert err.strip() == f"terminated (SIGTERM): {why}; ended without cleanup"
+
+
+def test_a_forked_child_s_sigterm_does_not_reach_the_parent_s_watchdog():
+    """word2vec's workers are forked inside the block and ended with SIGTERM when one fails: their signals must not
+    make the parent's watchdog end the parent, which goes on to report the failure."""
+    proc = _python("""
+        import multiprocessing, time
+        from genfeat.signals import sigterm_interrupts
+        with sigterm_interrupts(grace=0.3):
+            print("ready", flush=True)
+            child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+            child.start()
+            time.sleep(0.2)
+            child.terminate()
+            child.join()
+            time.sleep(1.5)
+            print("alive", child.exitcode, flush=True)
+        """)
+    _started(proc)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.strip() == f"alive {-signal.SIGTERM}"
+
+
+def test_a_command_that_unwound_is_not_ended_later_by_its_watchdog():
+    """The handler raises at once and the block can end before the watchdog has read the signal's byte: a timer armed
+    after that ended the process (a test process calling genfeat's main in-process, 10 s after a SIGTERM test)."""
+    proc = _python("""
+        import os, signal, time
+        from genfeat.signals import Terminated, sigterm_interrupts
+        for _ in range(50):
+            try:
+                with sigterm_interrupts(grace=0.05):
+                    os.kill(os.getpid(), signal.SIGTERM)
+            except Terminated:
+                pass
+        time.sleep(0.5)
+        print("alive", flush=True)
+        """)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.strip() == "alive", err

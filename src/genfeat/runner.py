@@ -335,9 +335,10 @@ def _check_run_dir(out: Path, resume: bool, overwrite: bool) -> Path | None:
             found += [out / name for name in RUN_EXTRAS if (out / name).exists()]
         if not found:
             return None
-        aside.mkdir()
-        for p in found:
-            p.rename(aside / p.name)
+        with interrupts_held():   # a run half set aside would lose its other half at the next invocation
+            aside.mkdir()
+            for p in found:
+                p.rename(aside / p.name)
         return aside
     if any(p.name != PROVENANCE for p in found):
         # --resume continues from a checkpoint (last/, or a stage's or a seed's); a run that died before its
@@ -378,9 +379,12 @@ def _settle_replaced(out: Path, aside: Path | None, kept: set[str], failed: bool
         return
     new = [p for p in out.iterdir() if p.name not in kept and p.name != PROVENANCE]
     if failed and all(p.name in SETUP_OUTPUTS for p in new):
-        for p in new:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-        _put_back(out, aside)
+        # held as a whole: a half-removed new tokenizer beside .replaced would read as the killed run's output at
+        # the next invocation, which would then remove the old run
+        with interrupts_held():
+            for p in new:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+            _put_back(out, aside)
     else:
         shutil.rmtree(aside, ignore_errors=True)
 

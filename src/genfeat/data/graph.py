@@ -257,7 +257,7 @@ def build_planetoid(name: str, parts: dict) -> PlanetoidGraph:
         raise DataError(f"{name}: test.index has {len(test_ids)} ids but tx has {tx.shape[0]} rows",
                         "use matching test.index and tx files")
     entries = _adjacency_entries(parts["graph"], f"ind.{name}.graph")
-    last = max(v for pair in entries for v in pair)
+    last = max(max(int(node) for node in parts["graph"]), max(v for pair in entries for v in pair))  # keys: isolated too
     if test_ids.min() < n_all or test_ids.max() > last:
         bad = int(test_ids.min() if test_ids.min() < n_all else test_ids.max())
         raise DataError(f"{name}: ind.{name}.test.index holds node {bad}, but the test nodes follow the {n_all} "

@@ -9,11 +9,13 @@ Two environment variables govern downloads:
 - ``GENFEAT_OFFLINE=1``: never download; a missing file is a DataError saying where to place it
   (``0`` or unset: download).
 - ``GENFEAT_DOWNLOAD_TIMEOUT``: seconds one download may take in all (default 3600), checked
-  whenever bytes arrive, so a server that trickles bytes cannot stall a run; past it the download
-  is abandoned (nothing is kept) with the DataError saying how to fetch the file by hand. A
-  connection that goes silent ends sooner, at the 60 s socket timeout.
+  whenever bytes of the file arrive, so a server that trickles the file cannot stall a run; past it
+  the download is abandoned (nothing is kept) with the DataError saying how to fetch the file by
+  hand. A connection that goes silent ends sooner, at the 60 s socket timeout; connecting and the
+  response's headers are bounded by that per-receive timeout only.
 
-An invalid value of either is a :class:`~genfeat.errors.ConfigError` naming the variable.
+An invalid value of either is a :class:`~genfeat.errors.ConfigError` naming the variable, raised by
+every :func:`resolve` (whether or not a file is missing).
 """
 
 from __future__ import annotations
@@ -203,7 +205,8 @@ def _fetch(spec: FileSpec, dest: Path) -> None:
                 # read1 returns what one receive brings, so the deadline is checked while bytes trickle in
                 while chunk := resp.read1(_CHUNK):
                     out.write(chunk)
-                    if time.monotonic() > deadline:
+                    # past the deadline, unless the response's announced length has all arrived
+                    if time.monotonic() > deadline and getattr(resp, "length", None) != 0:
                         raise DataError(f"downloading '{dest}' from {spec.url} took longer than {limit:g} s "
                                         f"(GENFEAT_DOWNLOAD_TIMEOUT; {out.tell()} bytes received), abandoned",
                                         f"{_by_hand(spec, dest)} {where}, or set GENFEAT_DOWNLOAD_TIMEOUT to "
@@ -231,8 +234,8 @@ def resolve(name: str, key: str, download: bool = True) -> Path:
         raise DataError(f"dataset '{name}' has no file '{key}'", f"use one of: {', '.join(ds.files)}")
     spec = ds.files[key]
     path = data_root() / spec.relpath
+    offline, _ = _offline(), _download_timeout()   # both checked at every call, not only when a file is missing
     if not path.is_file():
-        offline = _offline()
         if not download or offline:
             refused = ", and GENFEAT_OFFLINE=1 forbids downloading it" if offline else ""
             raise DataError(f"'{path}' is missing (data directory '{data_root()}', {root_origin()}{refused})",

@@ -205,12 +205,14 @@ def _read_tokenizer_file(path: str | Path, what: str) -> bytes:
 class TokenizerVersionError(ValueError):
     """A tokenizer.json of the ``tokenizers`` layout that the installed ``tokenizers`` cannot read: most often one
     a newer release wrote (transformers 5 saves XLNet's tokenizer so), whose pre-tokenizer or model fields the
-    older release does not know."""
+    older release does not know; a corrupt file of that layout reads the same (tokenizers' error does not tell them
+    apart), so the message names both."""
 
 
 NEWER_TOKENIZERS_FIX = ("install the tokenizers release that wrote the file, or a newer one (pip install -U tokenizers; "
                         "transformers 4.37.2, the parity tests' pin, needs tokenizers < 0.19: keep it in another venv, "
-                        "as scripts/setup_hf5.sh does), or save the tokenizer with the tokenizers release installed here")
+                        "as scripts/setup_hf5.sh does), or save the tokenizer with the tokenizers release installed here; "
+                        "a corrupt file: restore it")
 
 
 def _tokenizer_from_json(text: str):
@@ -225,7 +227,8 @@ def _tokenizer_from_json(text: str):
             data = None
         if isinstance(data, dict) and {"model", "pre_tokenizer", "normalizer"} <= data.keys():
             raise TokenizerVersionError(f"the installed tokenizers {tokenizers.__version__} cannot read it, though it "
-                                        f"is a tokenizers JSON file (another tokenizers version wrote it?): {e}") from None
+                                        f"has a tokenizers JSON file's layout: another tokenizers release wrote it, or "
+                                        f"it is corrupt: {e}") from None
         raise ValueError(f"not a tokenizers JSON file: {e}") from None
 
 
