@@ -54,6 +54,24 @@ def test_cased_bpe_keeps_case(tmp_path):
     assert json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
+@pytest.mark.hf_interop
+def test_cased_bpe_is_read_by_transformers_as_genfeat_reads_it_and_saved_back_so(tmp_path):
+    """transformers 5's OpenAIGPTTokenizer lower-cases every text whatever tokenizer.json says (and saves the
+    lower-casing into it): a cased BPE names the generic fast tokenizer, which reads tokenizer.json as it is (4.x
+    and 5.x), so transformers and genfeat, also after transformers saved it again, give the cased ids."""
+    transformers = pytest.importorskip("transformers")
+    vocab = train_tokenizer(TokenizerConfig("bpe", 150), corpus(tmp_path), tmp_path / "tok")
+    assert json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())["tokenizer_class"] == \
+        "PreTrainedTokenizerFast"
+    probe = "The NEWER bounds widen; the newer bounds."
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert hf(probe, add_special_tokens=False).input_ids == vocab.encode(probe) != vocab.encode(probe.lower())
+    hf.save_pretrained(tmp_path / "again")
+    assert load_tokenizer(tmp_path / "again").encode(probe) == vocab.encode(probe)
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "again")(probe, add_special_tokens=False).input_ids \
+        == vocab.encode(probe)
+
+
 def test_bpe_sizes_the_corpus_cannot_give_are_one_clear_error(tmp_path):
     with pytest.raises(DataError, match=r"yields only \d+ BPE types.*fix: pass --vocab-size \d+ or less"):
         train_tokenizer(TokenizerConfig("bpe", 5000), corpus(tmp_path), tmp_path / "tok")

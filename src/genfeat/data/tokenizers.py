@@ -9,7 +9,8 @@ and writes the files Hugging Face loads, atomically (the directory appears compl
 - sentencepiece (``sentencepiece``, unigram model): ``spiece.model`` and ``tokenizer_config.json``
   (``XLNetTokenizer``), with XLNet's control symbols <cls> <sep> <pad> <mask> <eod> <eop> at ids 3-8;
 - bpe (``tokenizers``, GPT-1's byte-pair encoding, Sennrich et al. 2016): ``tokenizer.json`` and
-  ``tokenizer_config.json`` (``OpenAIGPTTokenizerFast``). As Hugging Face's conversion of the
+  ``tokenizer_config.json`` (``OpenAIGPTTokenizerFast``; a cased one ``PreTrainedTokenizerFast``, as
+  transformers 5's ``OpenAIGPTTokenizer`` lower-cases every text). As Hugging Face's conversion of the
   OpenAI GPT tokenizer: BERT's normaliser and pre-tokeniser (words and punctuation), merges inside
   a word only, the suffix ``</w>`` on a word's last piece, ``<unk>`` (id 0) for characters the
   corpus never showed. GPT-1 lower-cases (``--lowercase``); Hugging Face's slow
@@ -311,7 +312,10 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
     inside the model's normaliser); a GPT-1 BPE tokenizer (``</w>`` suffix) tokenizer.json and
     tokenizer_config.json (OpenAIGPTTokenizer: transformers reads it through tokenizer.json, as AutoTokenizer or
     OpenAIGPTTokenizerFast in 4.x and every class in 5.x; 4.x's slow OpenAIGPTTokenizer wants a merges.txt and a BPE
-    vocab.json, which are not written: beside a genfeat export, vocab.json is genfeat's own vocabulary). Word,
+    vocab.json, which are not written: beside a genfeat export, vocab.json is genfeat's own vocabulary). A cased
+    BPE tokenizer names PreTrainedTokenizerFast instead, which reads tokenizer.json as it is: transformers 5's
+    OpenAIGPTTokenizer keeps only its vocabulary and merges and lower-cases every text (4.x's fast one does not),
+    and saves that lower-casing into the tokenizer.json it writes. Word,
     character and byte vocabularies have no such files: nothing is written for them.
     """
     out = Path(out)
@@ -326,7 +330,9 @@ def save_hf_tokenizer(vocab: Vocab, out: str | Path) -> None:
             (out / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
             _write_config(out, "BertTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "wordpiece")
         elif _kind(vocab) == "bpe":
-            _write_config(out, "OpenAIGPTTokenizer", bool((spec.get("normalizer") or {}).get("lowercase")), "bpe")
+            lowercase = bool((spec.get("normalizer") or {}).get("lowercase"))
+            # transformers 5's OpenAIGPTTokenizer lower-cases whatever tokenizer.json says: a cased one is read as is
+            _write_config(out, "OpenAIGPTTokenizer" if lowercase else "PreTrainedTokenizerFast", lowercase, "bpe")
 
 
 TEXT_AS_IS = "genfeat_text_as_is"
