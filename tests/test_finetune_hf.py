@@ -469,3 +469,84 @@ def test_an_export_transformers_reads_otherwise_says_so_and_an_export_onto_its_c
     assert cli.main(["export", "--checkpoint", str(tmp_path / "ours"), "--out", str(tmp_path / "ours")]) == 2
     assert "is the checkpoint being exported" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == before
+
+
+def _evaluate_cli(capsys, hf_task: Path, task: str, *flags: str) -> dict:
+    """``genfeat evaluate --checkpoint hf_task --task task [flags] --json``: the figures of its last stdout line."""
+    from genfeat import cli
+
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--checkpoint", str(hf_task), "--task", task, *flags, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert figures["task"] == task and figures["checkpoint"] == str(hf_task) and figures["seconds"] >= 0
+    return figures
+
+
+XLNET_MRPC = {
+    "init": None, "backbone": "xlnet", "vocab_size": 300, "steps": 2, "head_dropout": 0.0,
+    "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8, "d_inner": 32, "dropout": 0.0, "dropatt": 0.0},
+    "data": {"max_train_examples": 32, "max_eval_examples": 0, "batch_size": 16, "eval_batch_size": 64, "max_len": 64},
+    "train": {"eval_every": 0, "progress": False}}
+"""Overrides of recipes/finetune/mrpc_xlnet.yaml: a random XLNet with a sentencepiece tokenizer trained on 32 MRPC
+training pairs, two steps, scored on all 408 dev pairs (a GLUE submission file numbers every row of the split)."""
+
+
+@pytest.mark.skipif(not (DATA / "glue" / "MRPC" / "dev.tsv").is_file(), reason="GLUE not in GENFEAT_DATA")
+def test_xlnet_glue_model_saved_by_transformers_as_sequence_classification_scores_what_the_run_scored(tmp_path, capsys):
+    """End to end: XLNet fine-tuned on MRPC, exported, saved again by transformers as XLNetForSequenceClassification
+    with its tokenizer: ``genfeat evaluate --task mrpc --json`` gives the run's dev figures over all 408 pairs, and its
+    ``--predictions`` is the GLUE submission file genfeat's own checkpoint writes, which scores those figures."""
+    from genfeat.eval.metrics import task_scores
+    from genfeat.runner import run_recipe
+    from genfeat.tasks import get_task, load_task
+
+    result = run_recipe("recipes/finetune/mrpc_xlnet.yaml", XLNET_MRPC, [0], out_dir=tmp_path / "ft", progress=False)
+    assert result["steps"] == 2 and result["dev_examples"] == 408
+    hf_task = _saved_by_transformers(transformers.XLNetForSequenceClassification, tmp_path, capsys)
+    assert json.loads((hf_task / "config.json").read_text())["architectures"] == ["XLNetForSequenceClassification"]
+    figures = _evaluate_cli(capsys, hf_task, "mrpc", "--predictions", str(tmp_path / "MRPC.tsv"))
+    assert figures["examples"] == 408 and figures["split"] == "dev"
+    assert set(figures) >= {"accuracy", "f1", "truncated", "seconds"}
+    assert (figures["accuracy"], figures["f1"]) == pytest.approx((result["dev_accuracy"], result["dev_f1"]), abs=1e-12)
+    assert figures["truncated"] == result["dev_truncated"]
+    lines = (tmp_path / "MRPC.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 409
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(408)]
+    labels = get_task("mrpc").labels
+    preds = [labels.index(line.split("\t")[1]) for line in lines[1:]]
+    gold = [ex.label for ex in load_task("mrpc", "dev")]
+    assert task_scores(["accuracy", "f1"], preds, gold) == pytest.approx(
+        {"accuracy": figures["accuracy"], "f1": figures["f1"]}, abs=1e-12)
+    ours = _evaluate_cli(capsys, tmp_path / "ft" / "final", "mrpc", "--predictions", str(tmp_path / "ours.tsv"))
+    assert (tmp_path / "ours.tsv").read_text() == (tmp_path / "MRPC.tsv").read_text()
+    assert (ours["accuracy"], ours["f1"]) == (figures["accuracy"], figures["f1"])
+    # two steps leave a head that predicts the majority class: its scores, not only their argmax, are the run's,
+    # from the same token ids (the sentencepiece model transformers saved again)
+    assert _same_outputs(tmp_path / "ft" / "final", hf_task, "mrpc")["score"].std(0).min() > 0
+
+
+def _head_outputs(checkpoint: Path, task: str, n: int) -> tuple[list, dict[str, torch.Tensor]]:
+    """The token ids of the items (windows) of the first ``n`` dev examples of ``task`` as the checkpoint reads them,
+    and its head's outputs of them: class scores [items, classes] (``score``), or span start and end scores
+    (``start``, ``end``) of all their positions, concatenated."""
+    from genfeat.hub import load_checkpoint
+    from genfeat.methods.finetune import encode_items, encoder_for, predict
+    from genfeat.tasks import get_task, load_task
+
+    model, vocab = load_checkpoint(checkpoint)
+    encoder = encoder_for(model, vocab)
+    items, _ = encode_items(load_task(task, "dev")[:n], get_task(task), encoder, model.config, "dev")
+    outs = predict(model, items, encoder.fmt, 64)
+    return [[seq.ids for seq in it.encoded.sequences] for it in items], \
+        {key: (torch.stack if key == "score" else torch.cat)([o[key] for o in outs]) for key in outs[0]}
+
+
+def _same_outputs(trained: Path, hf_task: Path, task: str, n: int = 64) -> dict[str, torch.Tensor]:
+    """Assert that ``hf_task`` reads the first ``n`` dev examples of ``task`` into the token ids ``trained`` (the
+    genfeat checkpoint it was exported from) reads, and scores them as it does (1e-6); the scores."""
+    ids, want = _head_outputs(trained, task, n)
+    again, got = _head_outputs(hf_task, task, n)
+    assert again == ids and set(got) == set(want)
+    assert all((got[key] - want[key]).abs().max() <= 1e-6 for key in want)
+    return want
+
