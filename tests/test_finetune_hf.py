@@ -550,3 +550,51 @@ def _same_outputs(trained: Path, hf_task: Path, task: str, n: int = 64) -> dict[
     assert all((got[key] - want[key]).abs().max() <= 1e-6 for key in want)
     return want
 
+
+BERT_SQUAD = {
+    "init": None, "backbone": "bert", "vocab_size": 400, "steps": 2, "head_dropout": 0.0,
+    "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "d_inner": 32, "max_position": 64, "dropout": 0.0,
+              "dropatt": 0.0},
+    "data": {"task": "squad_split", "max_train_examples": 8, "max_eval_examples": 6, "batch_size": 4,
+             "eval_batch_size": 8, "max_len": 64, "doc_stride": 32, "max_query_len": 16, "test_split": None},
+    "train": {"eval_every": 0, "progress": False}}
+"""Overrides of recipes/finetune/squad_bert.yaml: a random BERT with a WordPiece tokenizer trained on 8 SQuAD
+article-split training questions, two steps, scored on 6 dev questions (several 64-token windows each)."""
+
+
+@pytest.mark.skipif(not (DATA / "squad" / "dev-v1.1.json").is_file(), reason="SQuAD not in GENFEAT_DATA")
+def test_bert_squad_model_saved_by_transformers_as_question_answering_scores_what_the_run_scored(tmp_path, capsys):
+    """End to end: BERT fine-tuned on SQuAD article-split questions, exported, saved again by transformers as
+    BertForQuestionAnswering with its tokenizer: ``genfeat evaluate --task squad_split --json`` scores the run's dev
+    questions (the article split the run recorded) to its figures, and ``--predictions`` writes the official
+    evaluation's {question id: answer} JSON, the answers genfeat's own checkpoint gives, which score those figures."""
+    from genfeat.eval.metrics import squad_scores
+    from genfeat.methods.finetune import subset
+    from genfeat.runner import run_recipe
+    from genfeat.tasks import load_task
+
+    result = run_recipe("recipes/finetune/squad_bert.yaml", BERT_SQUAD, [0], out_dir=tmp_path / "ft", progress=False)
+    assert result["steps"] == 2 and result["dev_examples"] == 6
+    hf_task = _saved_by_transformers(transformers.BertForQuestionAnswering, tmp_path, capsys)
+    config = json.loads((hf_task / "config.json").read_text())
+    assert config["architectures"] == ["BertForQuestionAnswering"] and config["genfeat_squad_seed"] == 0
+    figures = _evaluate_cli(capsys, hf_task, "squad_split", "--max-examples", "6", "--predictions",
+                            str(tmp_path / "answers.json"))
+    assert figures["examples"] == 6 and set(figures) >= {"exact_match", "squad_f1", "truncated", "seconds"}
+    assert (figures["exact_match"], figures["squad_f1"]) == pytest.approx(
+        (result["dev_exact_match"], result["dev_squad_f1"]), abs=1e-12)
+    answers = json.loads((tmp_path / "answers.json").read_text())
+    dev = subset(load_task("squad_split", "dev"), 6)
+    assert list(answers) == [ex.uid for ex in dev] and all(isinstance(a, str) for a in answers.values())
+    scored = squad_scores(list(answers.values()), [[text for text, _ in ex.answers] for ex in dev])
+    assert (scored["exact_match"], scored["squad_f1"]) == pytest.approx(
+        (figures["exact_match"], figures["squad_f1"]), abs=1e-12)
+    ours = _evaluate_cli(capsys, tmp_path / "ft" / "final", "squad_split", "--max-examples", "6", "--predictions",
+                         str(tmp_path / "ours.json"))
+    assert json.loads((tmp_path / "ours.json").read_text()) == answers
+    assert (ours["exact_match"], ours["squad_f1"]) == (figures["exact_match"], figures["squad_f1"])
+    # two steps find no answer (both figures 0): the answers, and the start and end scores of every window, are
+    # the run's
+    outputs = _same_outputs(tmp_path / "ft" / "final", hf_task, "squad_split", 6)
+    assert outputs["start"].std() > 0 and outputs["end"].std() > 0
+
