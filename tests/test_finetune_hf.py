@@ -2,9 +2,10 @@
 random-weight parity (fp32, <= 1e-4) with transformers' BertForSequenceClassification (classes and regression),
 BertForMultipleChoice, BertForQuestionAnswering, XLNetForSequenceClassification, XLNetForQuestionAnsweringSimple,
 XLNetForQuestionAnswering (start scores, end scores given the start, answer class, training loss) and
-OpenAIGPTDoubleHeadsModel, with padding and token types, both ways; and fine-tuning from a Hugging Face directory
-on real data (../shared/data) through to evaluating the task model transformers saves (BERT on SST-2, XLNet's
-SQuAD head on SQuAD article-split questions)."""
+OpenAIGPTDoubleHeadsModel, with padding and token types, both ways; and fine-tuning on real data (../shared/data)
+through to evaluating the task model transformers saves, to the run's figures (BERT from a Hugging Face directory on
+SST-2, XLNet's SQuAD head and BERT on SQuAD article-split questions, XLNet on MRPC, GPT-1 on RACE), with
+``genfeat evaluate --task --json --predictions``."""
 
 import dataclasses
 import json
@@ -534,6 +535,10 @@ def _head_outputs(checkpoint: Path, task: str, n: int) -> tuple[list, dict[str, 
     from genfeat.tasks import get_task, load_task
 
     model, vocab = load_checkpoint(checkpoint)
+    if not isinstance(model, FineTuneModel):                            # an OpenAIGPTDoubleHeadsModel directory
+        from genfeat.interop.hf_finetune import from_double_heads
+
+        model = from_double_heads(model, directory=checkpoint)
     encoder = encoder_for(model, vocab)
     items, _ = encode_items(load_task(task, "dev")[:n], get_task(task), encoder, model.config, "dev")
     outs = predict(model, items, encoder.fmt, 64)
@@ -598,3 +603,62 @@ def test_bert_squad_model_saved_by_transformers_as_question_answering_scores_wha
     outputs = _same_outputs(tmp_path / "ft" / "final", hf_task, "squad_split", 6)
     assert outputs["start"].std() > 0 and outputs["end"].std() > 0
 
+
+GPT_RACE = {
+    "init": None, "backbone": "gpt", "vocab_size": 300, "steps": 2, "aux_lm_weight": 0.5, "head_dropout": 0.0,
+    "model": {"d_model": 16, "n_layer": 1, "n_head": 2, "d_inner": 64, "max_position": 64, "dropout": 0.0,
+              "dropatt": 0.0, "dropemb": 0.0},
+    "data": {"train_split": "test", "max_train_examples": 16, "max_eval_examples": 16, "batch_size": 4,
+             "eval_batch_size": 16, "max_len": 64, "test_split": None},
+    "train": {"eval_every": 0, "progress": False}}
+"""Overrides of recipes/finetune/race_nopretrain.yaml: a random GPT-1 (d_inner 4 d_model, as transformers' GPT has it)
+with a BPE tokenizer trained on 16 RACE questions, with the auxiliary LM, two steps, scored on 16 dev questions. It
+trains on the test split's questions: the train split is read from its 14.6 MB tar.xz (about 10 s)."""
+
+
+@pytest.mark.skipif(not (DATA / "race" / "RACE" / "dev").is_dir() or not (DATA / "race" / "RACE" / "test").is_dir(),
+                    reason="RACE not in GENFEAT_DATA")
+def test_gpt_race_model_saved_by_transformers_as_double_heads_scores_what_the_run_scored(tmp_path, capsys):
+    """End to end: GPT-1 fine-tuned on RACE (multiple choice), exported as OpenAIGPTDoubleHeadsModel (its special
+    tokens counted by genfeat_n_special), saved again by transformers with its tokenizer: ``genfeat evaluate --task
+    race --json`` gives the run's dev accuracy and ``--predictions`` the uid<TAB>answer file genfeat's own checkpoint
+    writes. A GPT-1 with a classification head has no transformers class genfeat writes: its export is refused."""
+    from genfeat import cli
+    from genfeat.hub import load_checkpoint
+    from genfeat.methods.finetune import subset
+    from genfeat.models.heads import FineTuneConfig, HeadConfig
+    from genfeat.runner import run_recipe
+    from genfeat.tasks import load_task
+
+    result = run_recipe("recipes/finetune/race_nopretrain.yaml", GPT_RACE, [0], out_dir=tmp_path / "ft", progress=False)
+    assert result["steps"] == 2 and result["dev_examples"] == 16
+    hf_task = _saved_by_transformers(transformers.OpenAIGPTDoubleHeadsModel, tmp_path, capsys)
+    config = json.loads((hf_task / "config.json").read_text())
+    assert config["architectures"] == ["OpenAIGPTDoubleHeadsModel"] and config["genfeat_n_special"] == 3
+    assert config["vocab_size"] == len(transformers.AutoTokenizer.from_pretrained(hf_task)) + 3
+    figures = _evaluate_cli(capsys, hf_task, "race", "--max-examples", "16", "--predictions", str(tmp_path / "race.tsv"))
+    assert figures["examples"] == 16 and set(figures) >= {"accuracy", "truncated", "seconds"}
+    assert figures["accuracy"] == pytest.approx(result["dev_accuracy"], abs=1e-12)
+    assert figures["truncated"] == result["dev_truncated"]
+    lines = (tmp_path / "race.tsv").read_text().splitlines()
+    dev = subset(load_task("race", "dev"), 16)
+    assert lines[0] == "uid\tprediction" and [line.split("\t")[0] for line in lines[1:]] == [ex.uid for ex in dev]
+    answers = [line.split("\t")[1] for line in lines[1:]]
+    assert set(answers) <= set("ABCD")
+    assert sum("ABCD".index(a) == ex.label for a, ex in zip(answers, dev)) / 16 == figures["accuracy"]
+    ours = _evaluate_cli(capsys, tmp_path / "ft" / "final", "race", "--max-examples", "16", "--predictions",
+                         str(tmp_path / "ours.tsv"))
+    assert (tmp_path / "ours.tsv").read_text() == (tmp_path / "race.tsv").read_text()
+    assert ours["accuracy"] == figures["accuracy"]
+    assert _same_outputs(tmp_path / "ft" / "final", hf_task, "race", 16)["score"].std(0).min() > 0
+    # the same backbone with a classification head (GPT-1 on SST-2): transformers' double-heads model scores choices
+    model, vocab = load_checkpoint(tmp_path / "ft" / "final")
+    classifier = FineTuneModel(FineTuneConfig(task="sst2", backbone="gpt", backbone_config=model.config.backbone_config,
+                                              head=HeadConfig(kind="classification", d_model=16, pool=False,
+                                                              dropout=0.0), max_len=64), model.backbone)
+    save_pretrained(classifier, tmp_path / "sst2", vocab)
+    capsys.readouterr()
+    assert cli.main(["export", "--checkpoint", str(tmp_path / "sst2"), "--out", str(tmp_path / "sst2_hf")]) == 2
+    assert "a fine-tuned GPT-1 with a classification head has no Hugging Face format in genfeat " \
+           "(OpenAIGPTDoubleHeadsModel scores choices)" in capsys.readouterr().err
+    assert not (tmp_path / "sst2_hf").exists()
