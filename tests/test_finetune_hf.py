@@ -660,5 +660,6 @@ def test_gpt_race_model_saved_by_transformers_as_double_heads_scores_what_the_ru
     capsys.readouterr()
     assert cli.main(["export", "--checkpoint", str(tmp_path / "sst2"), "--out", str(tmp_path / "sst2_hf")]) == 2
     assert "a fine-tuned GPT-1 with a classification head has no Hugging Face format in genfeat " \
-           "(OpenAIGPTDoubleHeadsModel scores choices)" in capsys.readouterr().err
+           "(OpenAIGPTDoubleHeadsModel scores choices). fix: keep it as a genfeat checkpoint (genfeat export --format " \
+           "genfeat)" in capsys.readouterr().err
     assert not (tmp_path / "sst2_hf").exists()

@@ -231,7 +231,9 @@ def save_hf_gpt_task(model: FineTuneModel, path: str | Path) -> None:
     cfg = model.config
     if cfg.head.kind != "multiple_choice":
         raise CheckpointError(f"a fine-tuned GPT-1 with a {cfg.head.kind} head has no Hugging Face format in genfeat "
-                              "(OpenAIGPTDoubleHeadsModel scores choices)", "save a genfeat checkpoint")
+                              "(OpenAIGPTDoubleHeadsModel scores choices)",
+                              "keep it as a genfeat checkpoint (genfeat export --format genfeat); genfeat evaluate and "
+                              "fine-tuning read that")
     gpt = GPTLMHeadModel(dataclasses.replace(model.backbone.config, mc_head=True, mc_dropout=cfg.head.dropout))
     head = model.head.state_dict()
     gpt.load_state_dict({**model.backbone.state_dict(), "mc_proj.weight": head["out.weight"],
