@@ -38,7 +38,7 @@ from ..io import json_safe, write_text_atomic
 from .checkpoint import (BEST_STATE_FILE, load_best_state, load_for_resume, load_trainer_state, resume_dir,
                          rng_state, save_checkpoint, set_rng_state)
 from .cpu import keep_freed_memory
-from .distributed import DistInfo, all_reduce_sum, init_distributed
+from .distributed import DistInfo, all_reduce_sum, init_distributed, on_rank_0
 from .optim import OptimConfig
 from .objective import LossOutput
 from .schedule import Phase, Stage, Term
@@ -303,8 +303,16 @@ class Trainer:
                                          for t in phase.terms()])
         rng_states = self._gather(rng_state())
         windows = self._gather(window or {})
-        if self.out_dir is None or not self.dist.is_main:
-            return
+        if self.out_dir is not None:   # rank 0 writes; the others wait for its outcome (one error line each)
+            on_rank_0(lambda: self._write_checkpoint(name, phase_idx, phase_step, global_step, optimizers, tracker,
+                                                     objective_states, rng_states, windows),
+                      f"failed to write the checkpoint '{self.out_dir / name}'", self.dist)
+
+    def _write_checkpoint(self, name: str, phase_idx: int, phase_step: int, global_step: int,
+                          optimizers: dict[str, torch.optim.Optimizer], tracker: dict[str, Any],
+                          objective_states: list, rng_states: list, windows: list) -> None:
+        """Rank 0's part of :meth:`_save`: OUT/``name`` with the state the ranks gathered."""
+        phase = self.phases[phase_idx]
         state = {
             "phase_idx": phase_idx,
             "phase_step": phase_step,
