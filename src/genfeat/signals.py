@@ -8,20 +8,24 @@ KeyboardInterrupt, so that the same cleanup runs. A library import changes no si
 Python runs a signal's handler in the main thread between bytecodes, so a main thread blocked inside native code
 (a collective waiting for a rank that is gone, a long library call) would not see SIGTERM until that call returns,
 if ever: a watchdog thread learns of the signal at once (``signal.set_wakeup_fd``) and ends the process with status
-143 when it has not unwound :data:`GRACE_SECONDS` later, or at a second SIGTERM.
+143 when the command has not unwound :data:`GRACE_SECONDS` later, though never inside :func:`interrupts_held`'s
+renames (it waits up to :data:`HOLD_WAIT_SECONDS` for them). Launchers often send one stop as two SIGTERMs (``timeout``
+to the process and its group; SLURM and torchrun): later ones neither hurry the end nor cut the cleanup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 GRACE_SECONDS = 10.0
 """How long a command may take to unwind after SIGTERM before the watchdog ends it outright."""
+HOLD_WAIT_SECONDS = 5.0
+"""How much longer the watchdog waits for renames held by :func:`interrupts_held` before it ends the process."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -33,10 +37,14 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+_holds = 0
+"""How many :func:`interrupts_held` blocks the main thread is in: the watchdog never ends the process inside one."""
+
+
 class _Watchdog(threading.Thread):
-    """Reads the signal numbers Python's C-level handler writes to the wakeup pipe; at the first SIGTERM it arms a
-    timer that ends the process after ``grace`` seconds (the main thread's orderly unwind normally ends it first), at
-    a second it ends it at once. It stops when the pipe's write end is closed."""
+    """Reads the signal numbers Python's C-level handler writes to the wakeup pipe; the first SIGTERM arms a timer
+    that ends the process after ``grace`` seconds unless :meth:`stop` (the block has ended) comes first. It stops
+    reading when the pipe's write end is closed."""
 
     def __init__(self, read_fd: int, grace: float):
         super().__init__(name="genfeat-sigterm-watchdog", daemon=True)
@@ -45,24 +53,33 @@ class _Watchdog(threading.Thread):
         self.stopped = False
         self.lock = threading.Lock()
 
-    @staticmethod
-    def _end(why: str) -> None:
-        print(f"terminated (SIGTERM): {why}; ended without cleanup", file=sys.stderr, flush=True)
-        os._exit(128 + signal.SIGTERM)
-
     def run(self) -> None:
         while data := os.read(self.read_fd, 64):
-            with self.lock:     # the block may have ended, its SIGTERM handled, before the byte was read here
-                if self.stopped:
-                    continue
-                for _ in range(data.count(signal.SIGTERM)):
-                    if self.timer is not None:
-                        self._end("a second SIGTERM")
-                    self.timer = threading.Timer(self.grace, self._end,
-                                                 (f"the command did not stop within {self.grace:g} s",))
-                    self.timer.daemon = True
-                    self.timer.start()
+            if signal.SIGTERM in data:
+                with self.lock:     # the block may have ended, its SIGTERM handled, before the byte was read here
+                    if not self.stopped and self.timer is None:
+                        self.timer = threading.Timer(self.grace, self._expire)
+                        self.timer.daemon = True
+                        self.timer.start()
         os.close(self.read_fd)
+
+    def _expire(self) -> None:
+        """The grace period is over: end the process, once no renames are held (or after waiting for them)."""
+        give_up = time.monotonic() + HOLD_WAIT_SECONDS
+        while True:
+            with self.lock:
+                if self.stopped:
+                    return
+            if not _holds or time.monotonic() > give_up:
+                break
+            time.sleep(0.05)
+        line = f"terminated (SIGTERM): the command did not stop within {self.grace:g} s; ended without cleanup\n"
+        try:
+            os.write(2, line.encode())
+        except OSError:         # stderr's reader is gone: end all the same
+            pass
+        finally:
+            os._exit(128 + signal.SIGTERM)
 
     def stop(self) -> None:
         """The block has ended (its command unwound, or never got SIGTERM): nothing is ended any more."""
@@ -72,76 +89,104 @@ class _Watchdog(threading.Thread):
                 self.timer.cancel()
 
 
-_WAKEUP_FDS: set[int] = set()
-"""Write ends of this process's wakeup pipes: a forked child (word2vec's workers) clears its inherited wakeup fd, so
-that the signals it receives never reach its parent's watchdog."""
+_pipes: set[tuple[int, int]] = set()
+"""This process's wakeup pipes (read, write end)."""
+_handlers: set = set()
+"""The SIGTERM handlers :func:`sigterm_interrupts` has installed (and not yet removed)."""
 
 
-def _clear_inherited_wakeup_fd() -> None:
-    if _WAKEUP_FDS:
-        try:
-            signal.set_wakeup_fd(-1)
-        except ValueError:      # forked from another thread than the main one: it has no wakeup fd to clear
-            pass
+def _after_fork_in_child() -> None:
+    """A forked child (word2vec's workers) drops what it inherited of the block: the wakeup fd and both ends of the
+    pipe (so that its signals never reach its parent's watchdog, and the pipe's end reaches the watchdog when the
+    parent closes it), and genfeat's SIGTERM handler (so SIGTERM ends it at once, as before)."""
+    if not _pipes:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+        if signal.getsignal(signal.SIGTERM) in _handlers:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:          # not the main thread of the child: Python set neither up in it
+        pass
+    for fds in _pipes:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _pipes.clear()
+    _handlers.clear()
 
 
-os.register_at_fork(after_in_child=_clear_inherited_wakeup_fd)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextmanager
 def sigterm_interrupts(grace: float = GRACE_SECONDS) -> Iterator[None]:
-    """For the block, SIGTERM raises :class:`Terminated` in this process, and the process ends ``grace`` seconds
-    after it (or at a second SIGTERM) if it has not unwound by then. Only in the main thread and only where SIGTERM
-    has its default action (a host that handles or ignores it keeps doing so).
-
-    A process forked meanwhile (word2vec's workers) inherits the handler; there SIGTERM keeps its default action,
-    which ends it at once with that signal, as before: its parent reports it as it did.
+    """For the block, SIGTERM raises :class:`Terminated` in this process (once), and the process ends ``grace``
+    seconds after it if the block has not ended by then. Only in the main thread and only where SIGTERM has its
+    default action (a host that handles or ignores it keeps doing so). A SIGTERM that arrives while the block is
+    ending is delivered once the default action is back (it ends the process, as it would just after the block).
     """
     if not _in_main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return
-    owner = os.getpid()
+    state = {"raised": False, "closing": False, "pending": False}
 
     def handler(signum: int, frame) -> None:
-        if os.getpid() != owner:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        if state["closing"] or state["raised"]:   # a duplicate, or too late to unwind: not raised (again)
+            state["pending"] = not state["raised"]  # a first SIGTERM while the block ends: delivered after it
             return
+        state["raised"] = True
         raise Terminated
 
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
+    watchdog = None
     try:
         previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    except ValueError:          # not the main interpreter
-        previous_fd = None
-    if previous_fd not in (None, -1):  # a host's own wakeup fd (an event loop) stays; no watchdog then
-        signal.set_wakeup_fd(previous_fd)
-        previous_fd = None
-    watchdog = None
-    if previous_fd is not None:
-        _WAKEUP_FDS.add(write_fd)
-        watchdog = _Watchdog(read_fd, grace)
-        watchdog.start()
-    else:
-        os.close(read_fd)
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
+        if previous_fd != -1:   # a host's own wakeup fd (an event loop) stays; no watchdog then
+            signal.set_wakeup_fd(previous_fd)
+            os.close(read_fd)
+        else:
+            _pipes.add((read_fd, write_fd))
+            watchdog = _Watchdog(read_fd, grace)
+            watchdog.start()
+        _handlers.add(handler)
+        signal.signal(signal.SIGTERM, handler)
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        state["closing"] = True
+        _restore(signal.SIGTERM, signal.SIG_DFL)
+        _handlers.discard(handler)
         if watchdog is not None:
             signal.set_wakeup_fd(-1)
-            _WAKEUP_FDS.discard(write_fd)
             watchdog.stop()
+            _pipes.discard((read_fd, write_fd))
         os.close(write_fd)      # the watchdog reads the end of the pipe and ends
+        if state["pending"]:
+            signal.raise_signal(signal.SIGTERM)
+
+
+def _restore(sig: int, handler) -> None:
+    """Set ``sig``'s handler, again if a pending signal's handler raised before it was set (``signal.signal``
+    runs pending handlers first); the first such error is raised once it is set."""
+    error = None
+    while True:
+        try:
+            signal.signal(sig, handler)
+            break
+        except BaseException as e:  # noqa: BLE001 -- re-raised below, after the handler is in place
+            error = error or e
+    if error is not None:
+        raise error
 
 
 @contextmanager
 def interrupts_held() -> Iterator[None]:
     """Hold SIGINT and SIGTERM off the block (in the main thread, where they would raise), for a few renames that
-    must not stop midway: a signal that arrives meanwhile is delivered again once the block has ended, so it still
-    interrupts the command (or ends the process, where that is what it does)."""
+    must not stop midway: a signal that arrives meanwhile is delivered once the block has ended, so it still
+    interrupts the command (or ends the process, where that is what it does). The SIGTERM watchdog waits for it."""
+    global _holds
     if not _in_main_thread():
         yield
         return
@@ -150,12 +195,22 @@ def interrupts_held() -> Iterator[None]:
     def defer(signum: int, frame) -> None:
         pending.append(signum)
 
-    held = {sig: signal.signal(sig, defer) for sig in (signal.SIGINT, signal.SIGTERM)}
+    held: dict[int, object] = {}
+    _holds += 1
     try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            held[sig] = signal.signal(sig, defer)
         yield
     finally:
+        error = None
         for sig, handler in held.items():
-            signal.signal(sig, handler)
+            try:
+                _restore(sig, handler)
+            except BaseException as e:  # noqa: BLE001 -- the other handler is restored first, then it is raised
+                error = error or e
+        _holds -= 1
+        if error is not None:
+            raise error
         for sig in dict.fromkeys(pending):
             if callable(held[sig]):     # raises, as the signal would have (not re-sent: the watchdog saw it once)
                 held[sig](sig, None)
