@@ -102,8 +102,8 @@ def test_one_stop_sent_as_two_sigterms_unwinds_once_and_in_full():
                 pass
         try:
             with sigterm_interrupts(grace=30):
-                print("ready", flush=True)
                 try:
+                    print("ready", flush=True)  # inside the try: the SIGTERM that follows it meets the cleanup
                     busy(20)
                 finally:
                     busy(0.6)           # the cleanup, during which the second SIGTERM arrives
@@ -141,12 +141,16 @@ def test_the_watchdog_waits_for_held_renames():
     assert proc.returncode == 0 and out.split() == ["renamed", "unwound"], err
 
 
-def test_a_forked_child_s_sigterm_does_not_reach_the_parent_s_watchdog():
-    """word2vec's workers are forked inside the block and ended with SIGTERM when one fails: their signals must not
-    make the parent's watchdog end the parent, which goes on to report the failure."""
-    proc = _python("""
-        import multiprocessing, time
+@pytest.mark.parametrize("host_wakeup_fd", [False, True], ids=["watchdog", "host_wakeup_fd"])
+def test_a_forked_child_dies_of_sigterm_and_its_signal_does_not_reach_the_parent(host_wakeup_fd):
+    """word2vec's workers are forked inside the block and ended with SIGTERM when one fails: each dies of it (it
+    raised Terminated in the child where a host's own wakeup fd left the block without a watchdog), and its signal
+    does not make the parent's watchdog end the parent, which goes on to report the failure."""
+    host = "r, w = os.pipe(); os.set_blocking(w, False); signal.set_wakeup_fd(w)" if host_wakeup_fd else ""
+    proc = _python(f"""
+        import multiprocessing, os, signal, time
         from genfeat.signals import sigterm_interrupts
+        {host}
         with sigterm_interrupts(grace=0.3):
             print("ready", flush=True)
             child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
@@ -200,3 +204,55 @@ def test_a_forked_child_that_outlives_the_block_does_not_keep_its_watchdog():
     _started(proc)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and out.strip() == "watchdog False", err
+
+
+def test_a_sigterm_held_off_after_a_sigint_is_not_lost():
+    """torchrun's Ctrl-C reaches the group (SIGINT), then torchrun sends each rank SIGTERM: both held off by the
+    renames, SIGTERM is delivered first (a SIGINT first raised and the SIGTERM was never delivered)."""
+    with sigterm_interrupts():
+        with pytest.raises(Terminated):
+            with interrupts_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGTERM)
+    proc = _python("""
+        import os, signal
+        from genfeat.signals import interrupts_held
+        print("ready", flush=True)
+        try:
+            with interrupts_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGTERM)
+        except KeyboardInterrupt:
+            print("interrupted, not ended", flush=True)
+        """)
+    _started(proc)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == -signal.SIGTERM and out == "", "SIGTERM at its default action ends the process"
+
+
+def test_a_full_stderr_does_not_keep_the_watchdog_from_ending_the_process():
+    """stderr a pipe that is full and not read: the watchdog's line cannot be written, and the process ends all the
+    same (a blocking write kept it alive for good)."""
+    proc = _python("""
+        import fcntl, os, signal, threading
+        from genfeat.signals import sigterm_interrupts
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            while True:
+                os.write(w, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        os.set_blocking(w, True)
+        os.dup2(w, 2)
+        with sigterm_interrupts(grace=0.3):
+            print("ready", flush=True)
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            os.system("exec sleep 8 > /dev/null 2>&1")
+        print("not ended", flush=True)
+        """)
+    _started(proc)
+    t0 = time.monotonic()
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 143 and out == "" and time.monotonic() - t0 < 5
+

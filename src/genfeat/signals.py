@@ -39,6 +39,9 @@ def _in_main_thread() -> bool:
 
 _holds = 0
 """How many :func:`interrupts_held` blocks the main thread is in: the watchdog never ends the process inside one."""
+_lock = threading.Lock()
+"""Guards :data:`_holds` and the watchdogs' state; the watchdog keeps it from its decision to end the process to the
+end, so that no held renames begin and no block ends (:meth:`_Watchdog.stop`) in between."""
 
 
 class _Watchdog(threading.Thread):
@@ -51,12 +54,11 @@ class _Watchdog(threading.Thread):
         self.read_fd, self.grace = read_fd, grace
         self.timer: threading.Timer | None = None
         self.stopped = False
-        self.lock = threading.Lock()
 
     def run(self) -> None:
         while data := os.read(self.read_fd, 64):
             if signal.SIGTERM in data:
-                with self.lock:     # the block may have ended, its SIGTERM handled, before the byte was read here
+                with _lock:         # the block may have ended, its SIGTERM handled, before the byte was read here
                     if not self.stopped and self.timer is None:
                         self.timer = threading.Timer(self.grace, self._expire)
                         self.timer.daemon = True
@@ -67,26 +69,34 @@ class _Watchdog(threading.Thread):
         """The grace period is over: end the process, once no renames are held (or after waiting for them)."""
         give_up = time.monotonic() + HOLD_WAIT_SECONDS
         while True:
-            with self.lock:
-                if self.stopped:
-                    return
+            _lock.acquire()     # kept to the end once the process is to end
+            if self.stopped:
+                _lock.release()
+                return
             if not _holds or time.monotonic() > give_up:
                 break
+            _lock.release()
             time.sleep(0.05)
         line = f"terminated (SIGTERM): the command did not stop within {self.grace:g} s; ended without cleanup\n"
-        try:
-            os.write(2, line.encode())
-        except OSError:         # stderr's reader is gone: end all the same
-            pass
-        finally:
-            os._exit(128 + signal.SIGTERM)
+        # a full stderr pipe whose reader does not read would block the write: it gets one second
+        writer = threading.Thread(target=_write_stderr, args=(line.encode(),), daemon=True)
+        writer.start()
+        writer.join(1.0)
+        os._exit(128 + signal.SIGTERM)
 
     def stop(self) -> None:
         """The block has ended (its command unwound, or never got SIGTERM): nothing is ended any more."""
-        with self.lock:
+        with _lock:
             self.stopped = True
             if self.timer is not None:
                 self.timer.cancel()
+
+
+def _write_stderr(data: bytes) -> None:
+    try:
+        os.write(2, data)
+    except OSError:             # stderr's reader is gone: the process ends all the same
+        pass
 
 
 _pipes: set[tuple[int, int]] = set()
@@ -98,11 +108,15 @@ _handlers: set = set()
 def _after_fork_in_child() -> None:
     """A forked child (word2vec's workers) drops what it inherited of the block: the wakeup fd and both ends of the
     pipe (so that its signals never reach its parent's watchdog, and the pipe's end reaches the watchdog when the
-    parent closes it), and genfeat's SIGTERM handler (so SIGTERM ends it at once, as before)."""
-    if not _pipes:
+    parent closes it), and genfeat's SIGTERM handler (so SIGTERM ends it at once, as before). Its lock is new: a
+    watchdog thread of the parent may have held it at the fork, and that thread does not exist here."""
+    global _lock
+    _lock = threading.Lock()
+    if not _pipes and not _handlers:
         return
     try:
-        signal.set_wakeup_fd(-1)
+        if _pipes:              # (a host's own wakeup fd, where the block set none, stays)
+            signal.set_wakeup_fd(-1)
         if signal.getsignal(signal.SIGTERM) in _handlers:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except ValueError:          # not the main thread of the child: Python set neither up in it
@@ -156,13 +170,15 @@ def sigterm_interrupts(grace: float = GRACE_SECONDS) -> Iterator[None]:
         yield
     finally:
         state["closing"] = True
-        _restore(signal.SIGTERM, signal.SIG_DFL)
-        _handlers.discard(handler)
-        if watchdog is not None:
-            signal.set_wakeup_fd(-1)
-            watchdog.stop()
-            _pipes.discard((read_fd, write_fd))
-        os.close(write_fd)      # the watchdog reads the end of the pipe and ends
+        try:
+            _restore(signal.SIGTERM, signal.SIG_DFL)
+        finally:                # a SIGINT handled while restoring must not leave the watchdog or the pipe behind
+            _handlers.discard(handler)
+            if watchdog is not None:
+                signal.set_wakeup_fd(-1)
+                watchdog.stop()
+                _pipes.discard((read_fd, write_fd))
+            os.close(write_fd)  # the watchdog reads the end of the pipe and ends
         if state["pending"]:
             signal.raise_signal(signal.SIGTERM)
 
@@ -196,7 +212,8 @@ def interrupts_held() -> Iterator[None]:
         pending.append(signum)
 
     held: dict[int, object] = {}
-    _holds += 1
+    with _lock:                 # not while a watchdog is ending the process
+        _holds += 1
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             held[sig] = signal.signal(sig, defer)
@@ -208,10 +225,13 @@ def interrupts_held() -> Iterator[None]:
                 _restore(sig, handler)
             except BaseException as e:  # noqa: BLE001 -- the other handler is restored first, then it is raised
                 error = error or e
-        _holds -= 1
+        with _lock:
+            _holds -= 1
         if error is not None:
             raise error
-        for sig in dict.fromkeys(pending):
+        # SIGTERM first: a handler that raises ends the loop, and a SIGTERM after a SIGINT (torchrun's Ctrl-C to the
+        # group, then SIGTERM to each rank) would be lost
+        for sig in sorted(dict.fromkeys(pending), key=lambda sig: sig != signal.SIGTERM):
             if callable(held[sig]):     # raises, as the signal would have (not re-sent: the watchdog saw it once)
                 held[sig](sig, None)
             elif held[sig] == signal.SIG_DFL:
