@@ -30,6 +30,7 @@ from genfeat.data.gdan import GDANDataConfig, QAExample, load_gdan_data
 from genfeat.data.question_gen import answer_examples
 from genfeat.errors import DataError, GenfeatError
 from genfeat.framework.checkpoint import read_config
+from genfeat.framework.schedule import stage_steps
 from genfeat.framework.trainer import METRICS_FILE
 from genfeat.io import atomic_path
 from genfeat.methods.question_gen import generated_examples, load_generator
@@ -87,10 +88,7 @@ def questions(args: argparse.Namespace) -> dict:
 
 def d_steps(phase_step: int, t_d: int, t_g: int, adversarial: bool) -> int:
     """D steps done after ``phase_step`` steps of the training phase (T_D D steps, then T_G G steps, per round)."""
-    if not adversarial:
-        return phase_step
-    rounds, rest = divmod(phase_step, t_d + t_g)
-    return rounds * t_d + min(rest, t_d)
+    return stage_steps([t_d, t_g], phase_step)[0] if adversarial else phase_step
 
 
 def curve(run: Path, key: str) -> tuple[list[int], list[float], str]:

@@ -1,6 +1,5 @@
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,6 +14,7 @@ from genfeat.errors import CheckpointError
 from genfeat.framework import OptimConfig, OptimSpec, Phase, Stage, Term, TrainConfig, Trainer
 
 from _framework_fixtures import SquaredError, TwoHead, make_stream
+from torchrun_launch import torchrun
 
 STEPS = 12
 
@@ -329,11 +329,7 @@ def test_torchrun_two_processes_match_single_process(tmp_path):
     single = subprocess.run([sys.executable, str(worker), str(tmp_path / "single")], env=env,
                             capture_output=True, text=True, timeout=240)
     assert single.returncode == 0, single.stderr[-2000:]
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(tmp_path / "ddp")],
+    run = subprocess.run([sys.executable, *torchrun(2), str(worker), str(tmp_path / "ddp")],
                          env=env, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     ref = torch.load(tmp_path / "single" / "rank0.pt", weights_only=True)

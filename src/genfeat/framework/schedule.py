@@ -17,7 +17,7 @@ optimizer. This one structure expresses every schedule of the thesis:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from torch import nn
 
@@ -58,6 +58,17 @@ class OptimSpec:
     params: Callable[[nn.Module], Iterable[nn.Parameter]] | None = None
 
 
+def stage_steps(repeats: Sequence[int], done: int) -> list[int]:
+    """The steps each stage of a cycle (``repeats[i]`` consecutive steps of stage i, in turn) runs in the first
+    ``done`` steps of a phase."""
+    rounds, rest = divmod(done, sum(repeats))
+    counts = []
+    for repeat in repeats:
+        counts.append(rounds * repeat + min(rest, repeat))
+        rest = max(rest - repeat, 0)
+    return counts
+
+
 @dataclass
 class Phase:
     """``steps`` optimizer steps cycling through ``stages``, with the phase's own optimizers."""
@@ -91,11 +102,9 @@ class Phase:
     def optimizer_steps(self, done: int) -> dict[str, int]:
         """The steps each optimizer took in the first ``done`` steps of this phase (every stage's ``repeat`` in
         turn), by optimizer name."""
-        rounds, rest = divmod(done, self.cycle)
         counts = dict.fromkeys(self.optimizers, 0)
-        for stage in self.stages:
-            counts[stage.optimizer] += rounds * stage.repeat + min(rest, stage.repeat)
-            rest = max(rest - stage.repeat, 0)
+        for stage, n in zip(self.stages, stage_steps([s.repeat for s in self.stages], done)):
+            counts[stage.optimizer] += n
         return counts
 
     def terms(self) -> list[Term]:
